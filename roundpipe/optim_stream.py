@@ -1,0 +1,367 @@
+"""The optimizer thread: one named daemon worker that runs queued jobs in FIFO order.
+
+RoundPipe runs optimizer work (step functions, the GradScaler's unscale/step) on this thread
+so that the main thread can go on with the next forward pass. This module owns that thread
+and every wait on it.
+
+Contracts:
+
+* **Order.** Jobs run one at a time in launch order. Each job gets a sequence number
+  (1, 2, ...). Waiting for job ``n`` means every job up to ``n`` has finished.
+* **Errors.** A job that raises never kills the process and never hangs a waiter. The first
+  failure is kept and raised, as the original exception object (its traceback shows the
+  optimizer-thread frames, and a note names the job), by the next wait that covers it. Jobs
+  launched before that error is delivered are cancelled (not run), since they would run on
+  top of a half-done step; jobs launched afterwards run normally.
+* **Waits.** Only non-optimizer threads may wait (a wait from the optimizer thread would
+  deadlock and raises ``RuntimeError``). Waits poll in short slices, so Ctrl-C is handled
+  promptly; the ``KeyboardInterrupt`` carries a note with the optimizer thread's stack and the
+  reason for the wait. A dead worker raises instead of hanging.
+* **The waited watermark.** :func:`waited_seq` is the highest sequence number a waiter has
+  waited for. It only moves when some thread waits, so it is deterministic for a given
+  program, whatever the thread timing; the GradScaler's scale sequence is built on it.
+* **CUDA.** When CUDA is initialised at launch, the job is ordered after the launching
+  thread's current stream with an event and runs on a dedicated optimizer stream of that
+  device; a waiter's current stream then waits for the job's completion event. No host-side
+  device synchronisation is added.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import weakref
+import queue
+import sys
+import threading
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+
+__all__ = [
+    "Job",
+    "launch",
+    "wait",
+    "synchronize",
+    "on_optim_stream",
+    "current_job",
+    "launched_seq",
+    "waited_seq",
+    "faulted_between",
+    "add_launch_hook",
+]
+
+THREAD_NAME = "roundpipe-optimizer"
+_POLL_SECONDS = 0.1
+
+
+class _CudaOrdering:
+    """Events that order one job against the launching stream (CUDA only)."""
+
+    def __init__(self) -> None:
+        self.device = torch.cuda.current_device()
+        self.ready = torch.cuda.Event()
+        self.ready.record(torch.cuda.current_stream(self.device))
+        self.done: Optional[torch.cuda.Event] = None
+
+
+class Job:
+    """One queued call. Created by :func:`launch`; wait for it with :meth:`wait`."""
+
+    def __init__(self, seq: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        self.seq = seq
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.result: Any = None
+        self.cancelled = False
+        self.cuda: Optional[_CudaOrdering] = None
+
+    @property
+    def name(self) -> str:
+        """A readable name of the queued callable, for messages."""
+        return getattr(self.fn, "__qualname__", None) or repr(self.fn)
+
+    def wait(self, reason: Optional[str] = None) -> Any:
+        """Wait for this job (and every earlier one); return its result.
+
+        Raises the kept exception if this or an earlier job failed (see module docs).
+        """
+        _stream().wait(self.seq, reason or f"job {self.seq} ({self.name})")
+        return self.result
+
+    def __repr__(self) -> str:
+        return f"<roundpipe optimizer job {self.seq}: {self.name}>"
+
+
+class _OptimizerStream:
+    """The singleton behind the module functions (one per process)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: "queue.SimpleQueue[Job]" = queue.SimpleQueue()
+        self._launched = 0
+        self._completed = 0
+        self._waited = 0
+        self._failure: Optional[Tuple[Job, BaseException]] = None
+        self._cancel_through = 0
+        self._faulted: List[int] = []
+        self._pending_cuda: Dict[int, Job] = {}
+        self._running: Optional[Job] = None
+        self._local = threading.local()
+        self._cuda_streams: Dict[int, "torch.cuda.Stream"] = {}
+        self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    # ---- worker side -------------------------------------------------------------------
+    def _serve(self) -> None:
+        self._local.is_worker = True
+        while True:
+            job = self._queue.get()
+            with self._cond:
+                cancel = self._failure is not None or job.seq <= self._cancel_through
+                if cancel:
+                    job.cancelled = True
+                    self._faulted.append(job.seq)
+                else:
+                    self._running = job
+            if not cancel:
+                self._run(job)
+            with self._cond:
+                self._running = None
+                self._completed = job.seq
+                self._cond.notify_all()
+
+    def _run(self, job: Job) -> None:
+        try:
+            if job.cuda is None:
+                job.result = job.fn(*job.args, **job.kwargs)
+            else:
+                job.result = self._run_on_cuda_stream(job, job.cuda)
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach a waiter
+            with self._cond:
+                self._faulted.append(job.seq)
+                if self._failure is None:
+                    self._failure = (job, exc)
+
+    def _run_on_cuda_stream(self, job: Job, ordering: _CudaOrdering) -> Any:
+        stream = self._cuda_streams.get(ordering.device)
+        if stream is None:
+            stream = torch.cuda.Stream(device=ordering.device)
+            self._cuda_streams[ordering.device] = stream
+        with torch.cuda.device(ordering.device), torch.cuda.stream(stream):
+            stream.wait_event(ordering.ready)
+            try:
+                return job.fn(*job.args, **job.kwargs)
+            finally:
+                done = torch.cuda.Event()
+                done.record(stream)
+                ordering.done = done
+
+    # ---- caller side -------------------------------------------------------------------
+    def is_worker(self) -> bool:
+        return getattr(self._local, "is_worker", False)
+
+    def launch(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Job:
+        if not callable(fn):
+            raise TypeError(f"optimizer job must be callable, got {type(fn).__name__}")
+        if self.is_worker():
+            raise RuntimeError(
+                "cannot launch optimizer-stream work from the optimizer thread itself; "
+                "call the function directly instead"
+            )
+        _run_launch_hooks()
+        cuda = _CudaOrdering() if _cuda_in_use() else None
+        with self._cond:
+            self._launched += 1
+            job = Job(self._launched, fn, args, kwargs)
+            job.cuda = cuda
+            if cuda is not None:
+                self._pending_cuda[job.seq] = job
+            self._queue.put(job)
+        return job
+
+    def wait(self, seq: int, reason: str) -> None:
+        if self.is_worker():
+            raise RuntimeError(
+                f"cannot wait for the optimizer stream ({reason}) from the optimizer "
+                "thread: it would wait for itself"
+            )
+        try:
+            with self._cond:
+                while self._completed < seq:
+                    self._cond.wait(_POLL_SECONDS)
+                    if self._completed < seq and not self._thread.is_alive():
+                        raise RuntimeError(
+                            f"the optimizer thread has died while waiting for {reason}"
+                        )
+                self._waited = max(self._waited, seq)
+                failure = self._failure
+                if failure is not None and failure[0].seq <= seq:
+                    self._failure = None
+                    self._cancel_through = self._launched
+                else:
+                    failure = None
+                done_event = self._take_cuda_event(seq)
+        except KeyboardInterrupt as interrupt:
+            _add_note(interrupt, self._describe_worker(reason))
+            raise
+        if done_event is not None:
+            torch.cuda.current_stream(done_event[0]).wait_event(done_event[1])
+        if failure is not None:
+            job, exc = failure
+            _add_note(
+                exc,
+                f"(raised on the {THREAD_NAME} thread in optimizer job {job.seq}: "
+                f"{job.name}; re-raised while waiting for {reason})",
+            )
+            raise exc
+
+    def _take_cuda_event(self, seq: int) -> Optional[Tuple[int, "torch.cuda.Event"]]:
+        """Forget CUDA bookkeeping up to ``seq``; return the newest done event (lock held)."""
+        newest = None
+        for job_seq in [s for s in self._pending_cuda if s <= seq]:
+            job = self._pending_cuda.pop(job_seq)
+            if job.cuda is not None and job.cuda.done is not None:
+                if newest is None or job_seq > newest[0]:
+                    newest = (job_seq, job.cuda)
+        if newest is None:
+            return None
+        return newest[1].device, newest[1].done
+
+    def _describe_worker(self, reason: str) -> str:
+        running = self._running
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)\n"
+        doing = f"running {running!r}" if running is not None else "idle"
+        return (
+            f"Interrupted while waiting for {reason}. The {THREAD_NAME} thread is {doing}; "
+            f"its stack:\n{where}"
+        )
+
+    def current_job(self) -> Optional[Job]:
+        return self._running if self.is_worker() else None
+
+    def launched_seq(self) -> int:
+        return self._launched
+
+    def waited_seq(self) -> int:
+        return self._waited
+
+    def faulted_between(self, low: int, high: int) -> bool:
+        with self._cond:
+            index = bisect.bisect_right(self._faulted, low)
+            return index < len(self._faulted) and self._faulted[index] <= high
+
+
+def _cuda_in_use() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python < 3.11: no notes; say it on stderr instead.
+        print(note, file=sys.stderr)
+
+
+_STREAM: Optional[_OptimizerStream] = None
+_STREAM_LOCK = threading.Lock()
+_LAUNCH_HOOKS: List["weakref.WeakMethod[Callable[[], None]]"] = []
+
+
+def _run_launch_hooks() -> None:
+    with _STREAM_LOCK:
+        _LAUNCH_HOOKS[:] = [ref for ref in _LAUNCH_HOOKS if ref() is not None]
+        live = list(_LAUNCH_HOOKS)
+    for ref in live:
+        hook = ref()
+        if hook is not None:
+            hook()
+
+
+def _stream() -> _OptimizerStream:
+    global _STREAM
+    stream = _STREAM
+    if stream is None:
+        with _STREAM_LOCK:
+            if _STREAM is None:
+                _STREAM = _OptimizerStream()
+            stream = _STREAM
+    return stream
+
+
+def _forget_stream_in_child() -> None:
+    """A forked child has no worker thread: start a fresh stream on first use."""
+    global _STREAM
+    _STREAM = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_stream_in_child)
+
+
+def launch(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+    """Queue ``fn(*args, **kwargs)`` on the optimizer thread and return its :class:`Job`.
+
+    Must be called from a thread other than the optimizer thread. Returns at once.
+    """
+    return _stream().launch(fn, args, kwargs)
+
+
+def wait(target: Union[Job, int, None] = None, reason: Optional[str] = None) -> None:
+    """Wait for a job (or job sequence number; default: all launched work).
+
+    Raises the kept exception of the first failed job the wait covers. ``reason`` says what
+    the caller is waiting for; it is shown if the wait is interrupted.
+    """
+    stream = _stream()
+    if target is None:
+        seq = stream.launched_seq()
+    elif isinstance(target, Job):
+        seq = target.seq
+    else:
+        seq = int(target)
+    stream.wait(seq, reason or ("all optimizer work" if target is None else f"job {seq}"))
+
+
+def synchronize(reason: Optional[str] = None) -> None:
+    """Wait for every job launched so far (see :func:`wait`)."""
+    wait(None, reason)
+
+
+def on_optim_stream() -> bool:
+    """True when called on the optimizer thread (inside a running job)."""
+    return _STREAM is not None and _STREAM.is_worker()
+
+
+def current_job() -> Optional[Job]:
+    """The job running on the calling thread, or None off the optimizer thread."""
+    return _STREAM.current_job() if _STREAM is not None else None
+
+
+def launched_seq() -> int:
+    """Sequence number of the newest launched job (0 before any launch)."""
+    return _STREAM.launched_seq() if _STREAM is not None else 0
+
+
+def waited_seq() -> int:
+    """Highest sequence number any waiter has waited for (the waited watermark)."""
+    return _STREAM.waited_seq() if _STREAM is not None else 0
+
+
+def faulted_between(low: int, high: int) -> bool:
+    """True if a job with ``low < seq <= high`` raised or was cancelled."""
+    return _STREAM is not None and _STREAM.faulted_between(low, high)
+
+
+def add_launch_hook(hook: Callable[[], None]) -> None:
+    """Call the bound method ``hook()`` on the launching thread before each :func:`launch`.
+
+    Held by weak reference (the owner may be garbage collected). An exception from a hook
+    propagates to the launcher and nothing is queued. The GradScaler uses this to settle a
+    deferred scale update before optimizer work that will need the new scale is queued.
+    """
+    with _STREAM_LOCK:
+        _LAUNCH_HOOKS.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]

@@ -1,0 +1,23 @@
+"""Shared pytest setup: device markers skip with a reason when the hardware is absent."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if not torch.cuda.is_available():
+        skip_cuda = pytest.mark.skip(reason="CUDA is not available on this machine")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(skip_cuda)
+    try:
+        import apex.amp  # noqa: F401
+
+        has_apex = True
+    except Exception:  # noqa: BLE001 - any import failure means "no usable apex"
+        has_apex = False
+    if not has_apex:
+        skip_apex = pytest.mark.skip(reason="apex.amp is not importable (apex <= 25.05 needed)")
+        for item in items:
+            if "apex" in item.keywords:
+                item.add_marker(skip_apex)
