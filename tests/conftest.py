@@ -3,6 +3,15 @@
 import pytest
 import torch
 
+from roundpipe import optim_stream
+
+
+@pytest.fixture(autouse=True)
+def _optimizer_stream_is_drained_after_each_test():
+    """A test must not leave failing or running optimizer work behind for the next one."""
+    yield
+    optim_stream.synchronize("the end of the test")
+
 
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():

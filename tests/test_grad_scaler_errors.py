@@ -141,13 +141,16 @@ def test_missing_inf_checks_in_a_lagged_iteration_reach_the_main_thread_once():
     _backward(scaler, model)
     optim_stream.launch(lambda: None)  # a step function that forgot scaler.step()
     scaler.update()  # lagged: iteration 1's result is only applied at the next update
+    optim_stream.synchronize()  # as RoundPipe's step() does before the next backward
     _backward(scaler, model)
     optim_stream.launch(lambda: (scaler.step(opt), opt.zero_grad()))
     with pytest.raises(AssertionError, match="No inf checks were recorded prior to update."):
         scaler.update()
+    optim_stream.synchronize()
     _backward(scaler, model)
     optim_stream.launch(lambda: (scaler.step(opt), opt.zero_grad()))
     scaler.update()  # reported once; training goes on
+    optim_stream.synchronize()
     assert scaler.get_scale() == 8.0
 
 
