@@ -1,9 +1,25 @@
-"""roundpipe: a one-device implementation of RoundPipe's training API with a thread-aware
-GradScaler (see docs/). Importing it starts no thread; the optimizer thread starts on first use.
+"""roundpipe: upstream RoundPipe's training API for one device (CPU or one GPU), with a
+thread-aware GradScaler. See docs/. Importing it starts no thread; the optimizer thread
+starts on first use.
 """
 
-from . import optim_stream
+from . import optim, optim_stream
 from .grad_scaler import GradScaler, OptState
+from .optimizer_ctx import OptimizerCtx
+from .plan import ModelExecutePlan
+from .recompute import doing_recompute, get_recompute_data, save_for_recompute
+from .run_config import RoundPipeRunConfig
+from .runtime import RoundPipe, wrap_model_to_roundpipe
 
-__all__ = ["GradScaler", "OptState", "optim_stream"]
-
+__all__ = [
+    "doing_recompute",
+    "OptimizerCtx",
+    "get_recompute_data",
+    "save_for_recompute",
+    "GradScaler",
+    "optim",
+    "RoundPipe",
+    "RoundPipeRunConfig",
+    "ModelExecutePlan",
+    "wrap_model_to_roundpipe",
+]

@@ -50,6 +50,7 @@ __all__ = [
     "waited_seq",
     "faulted_between",
     "add_launch_hook",
+    "cuda_stream",
 ]
 
 THREAD_NAME = "roundpipe-optimizer"
@@ -145,11 +146,16 @@ class _OptimizerStream:
                 if self._failure is None:
                     self._failure = (job, exc)
 
+    def cuda_stream(self, device: int) -> "torch.cuda.Stream":
+        with self._cond:
+            stream = self._cuda_streams.get(device)
+            if stream is None:
+                stream = torch.cuda.Stream(device=device)
+                self._cuda_streams[device] = stream
+            return stream
+
     def _run_on_cuda_stream(self, job: Job, ordering: _CudaOrdering) -> Any:
-        stream = self._cuda_streams.get(ordering.device)
-        if stream is None:
-            stream = torch.cuda.Stream(device=ordering.device)
-            self._cuda_streams[ordering.device] = stream
+        stream = self.cuda_stream(ordering.device)
         with torch.cuda.device(ordering.device), torch.cuda.stream(stream):
             stream.wait_event(ordering.ready)
             try:
@@ -365,3 +371,15 @@ def add_launch_hook(hook: Callable[[], None]) -> None:
     """
     with _STREAM_LOCK:
         _LAUNCH_HOOKS.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
+
+
+def cuda_stream(device: Union[int, torch.device]) -> "torch.cuda.Stream":
+    """The CUDA stream optimizer jobs use on ``device`` (created on first use).
+
+    Tensors made on another stream and handed to optimizer jobs, which may free them, should
+    be marked with ``tensor.record_stream(cuda_stream(device))``.
+    """
+    index = device.index if isinstance(device, torch.device) else device
+    if index is None:
+        index = torch.cuda.current_device()
+    return _stream().cuda_stream(index)

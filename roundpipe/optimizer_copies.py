@@ -1,0 +1,112 @@
+"""The optimizer's copies of a model's parameters, and the traffic between them.
+
+RoundPipe's optimizer never touches the model's own parameters: it works on one copy per
+trainable parameter, in ``optim_dtype`` (e.g. fp32 masters for an fp16 model), on the same
+device. Gradients flow model -> copies at ``step()``; weights flow copies -> model when the
+main thread takes the optimizer's result.
+
+Thread contract: every method runs on the main thread while no optimizer job is using the
+copies (the runtime waits for the previous step first). On CUDA the copies are used on the
+optimizer's stream; gradients handed to them are marked with ``record_stream`` so memory the
+optimizer frees is not reused by the main stream too early.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from . import optim_stream
+
+__all__ = ["OptimizerCopies"]
+
+
+class OptimizerCopies:
+    """Lazily created ``nn.Parameter`` copies of ``module``'s trainable parameters."""
+
+    def __init__(self, module: nn.Module, optim_dtype: Optional[torch.dtype]) -> None:
+        self._module = module
+        self._optim_dtype = optim_dtype
+        self._copy_of: Optional[Dict[nn.Parameter, nn.Parameter]] = None
+        self._pairs: List[Tuple[nn.Parameter, nn.Parameter]] = []
+        self._names: List[str] = []  # the module's name for each pair's parameter
+
+    @property
+    def created(self) -> bool:
+        return self._copy_of is not None
+
+    def _ensure(self) -> Dict[nn.Parameter, nn.Parameter]:
+        if self._copy_of is None:
+            self._copy_of = {}
+            for name, param in self._module.named_parameters():
+                if param.requires_grad:
+                    dtype = self._optim_dtype or param.dtype
+                    copy = nn.Parameter(param.detach().to(dtype=dtype, copy=True))
+                    self._copy_of[param] = copy
+                    self._names.append(name)
+            self._pairs = list(self._copy_of.items())
+        return self._copy_of
+
+    def named(self, prefix: str, remove_duplicate: bool) -> Iterator[Tuple[str, nn.Parameter]]:
+        """``(name, copy)`` for every trainable parameter, named as in the wrapped module
+        under ``prefix`` (tied parameters once, unless ``remove_duplicate`` is False)."""
+        copy_of = self._ensure()
+        for name, param in self._module.named_parameters(
+            prefix=prefix, remove_duplicate=remove_duplicate
+        ):
+            copy = copy_of.get(param)
+            if copy is not None:
+                yield name, copy
+
+    def hand_over_grads(self) -> None:
+        """Move the model's accumulated gradients onto the copies and clear them on the model.
+
+        A copy without a gradient takes the model's gradient (by reference when dtype and
+        device match, else cast to ``optim_dtype``); a copy that still has one (the step
+        function did not zero it) has the model's gradient added to it.
+        """
+        copy_of = self._ensure()
+        with torch.no_grad():
+            for param in self._module.parameters():
+                grad = param.grad
+                if grad is None:
+                    continue
+                copy = copy_of.get(param)
+                if copy is None:
+                    raise RuntimeError(
+                        "a model parameter has a gradient but no optimizer copy (was "
+                        "requires_grad switched on after the optimizer was built?)"
+                    )
+                if copy.grad is None:
+                    moved = grad if grad.dtype == copy.dtype else grad.to(copy.dtype)
+                    if moved.is_cuda:
+                        moved.record_stream(optim_stream.cuda_stream(moved.device))
+                    copy.grad = moved
+                else:
+                    copy.grad.add_(grad.to(copy.grad.dtype))
+                param.grad = None
+
+    def copy_to_model(self) -> None:
+        """Write the copies' values into the model's parameters (cast to the model dtype)."""
+        if self._pairs:
+            with torch.no_grad():
+                torch._foreach_copy_([p for p, _ in self._pairs], [c for _, c in self._pairs])
+
+    def refresh_from_model(self) -> None:
+        """Make the copies equal the model's parameters again (after loading weights).
+
+        Parameter objects replaced by the load (``assign=True``) are re-paired by name; the
+        copies themselves stay the same objects, so optimizers built on them keep working.
+        """
+        if self._copy_of is None:
+            return
+        by_name = dict(self._module.named_parameters())
+        self._pairs = [
+            (by_name.get(name, param), copy)
+            for name, (param, copy) in zip(self._names, self._pairs)
+        ]
+        self._copy_of = dict(self._pairs)
+        with torch.no_grad():
+            torch._foreach_copy_([c for _, c in self._pairs], [p for p, _ in self._pairs])

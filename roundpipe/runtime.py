@@ -1,0 +1,369 @@
+"""RoundPipe: upstream RoundPipe's training API for a model on one device (CPU or one GPU).
+
+The wrapped model keeps its own dtype; the optimizer works on separate copies in
+``optim_dtype`` and runs on the optimizer thread (:mod:`roundpipe.optim_stream`), so the
+next forward/backward overlaps the optimizer step. See ``docs/runtime.md``.
+
+Threads: every public method runs on the main thread (any thread but the optimizer thread).
+Step functions run on the optimizer thread with :class:`OptimizerCtx` active.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from . import optim_stream
+from .microbatch import merge_outputs, split_inputs, split_label, to_device
+from .optimizer_copies import OptimizerCopies
+from .optimizer_ctx import OptimizerCtx, optimizer_ctx_active
+from .run_config import RoundPipeRunConfig, resolve
+
+__all__ = ["RoundPipe", "wrap_model_to_roundpipe"]
+
+_PIN_MODES = ("alloc", "register", "off")
+LossValue = Union[torch.Tensor, List[torch.Tensor]]
+
+
+def _default_loss_fn(outputs: Any, labels: Any) -> Any:
+    """Upstream's default ``loss_fn``: the model's outputs are the loss."""
+    return outputs
+
+
+def _caller_location() -> str:
+    """``file:line`` of the code that called the function calling this one."""
+    frame = sys._getframe(2)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _loss_tensors(loss: Any, microbatch: int) -> List[torch.Tensor]:
+    """Validate what ``loss_fn`` returned; give the tensors to back-propagate."""
+    tensors = list(loss) if isinstance(loss, (list, tuple)) else [loss]
+    if not tensors:
+        raise TypeError(f"loss_fn returned an empty sequence for microbatch {microbatch}")
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"loss_fn must return a scalar tensor (or a sequence of them), got "
+                f"{type(tensor).__name__} for microbatch {microbatch}"
+            )
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            raise TypeError(
+                f"loss_fn returned a {tensor.dtype} tensor for microbatch {microbatch}; "
+                "the loss must be floating point to be differentiated"
+            )
+        if tensor.numel() != 1:
+            raise ValueError(
+                f"loss_fn must return a scalar loss, got shape {tuple(tensor.shape)} for "
+                f"microbatch {microbatch} (reduce it, e.g. with .mean() or .sum())"
+            )
+        if not tensor.requires_grad:
+            raise RuntimeError(
+                f"the loss of microbatch {microbatch} does not require grad: it is not "
+                "connected to the model's parameters (was it detached?)"
+            )
+    return tensors
+
+
+def _sum_detached(total: Optional[List[torch.Tensor]], tensors: List[torch.Tensor]):
+    """Add this microbatch's losses (detached, on CPU) to the running sums, from zero."""
+    values = [t.detach().to("cpu") for t in tensors]
+    if total is None:
+        total = [torch.zeros_like(v) for v in values]
+    return [t + v for t, v in zip(total, values)]
+
+
+class RoundPipe(nn.Module):
+    """Wrap ``model`` for RoundPipe-style training on one device.
+
+    Args:
+        model: the module to train; it stays on its device and in its dtype.
+        optim_dtype: dtype of the optimizer copies (e.g. ``torch.float32`` for fp32 master
+            weights of an fp16/bf16 model); None keeps each parameter's dtype (a separate
+            copy is still made, so the optimizer never races the forward pass).
+        name: a label for messages; defaults to the caller's ``file:line``.
+        model_run_config: model-level :class:`RoundPipeRunConfig` (deep-copied).
+        pin_model: ``"alloc"``, ``"register"`` or ``"off"``; accepted for upstream
+            compatibility (one device has no host/device weight traffic to pin).
+
+    Reading an attribute the wrapper does not have reads the wrapped module's (or the module
+    given to :meth:`set_original_model`); setting or deleting one after construction acts
+    on the wrapped module. ``model.model`` is the wrapped module.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optim_dtype: Optional[torch.dtype] = None,
+        name: Optional[str] = None,
+        model_run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
+        pin_model: str = "alloc",
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"RoundPipe wraps an nn.Module, got {type(model).__name__}")
+        if pin_model not in _PIN_MODES:
+            raise ValueError(f"pin_model must be one of {_PIN_MODES}, got {pin_model!r}")
+        if optim_dtype is not None and not (
+            isinstance(optim_dtype, torch.dtype) and optim_dtype.is_floating_point
+        ):
+            raise TypeError(f"optim_dtype must be a floating torch.dtype, got {optim_dtype!r}")
+        super().__init__()
+        self.model = model
+        self.name = name if name is not None else _caller_location()
+        self.optim_dtype = optim_dtype
+        self.model_run_config = copy.deepcopy(model_run_config)
+        self.pin_model = pin_model
+        self._original_model: Optional[nn.Module] = None
+        self._copies = OptimizerCopies(model, optim_dtype)
+        self._last_step: Optional[optim_stream.Job] = None
+        model.register_load_state_dict_post_hook(self._weights_loaded)
+        self._roundpipe_ready = True
+
+    # ------------------------------------------------------------- attribute delegation
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            modules = self.__dict__.get("_modules", {})
+            target = self.__dict__.get("_original_model") or modules.get("model")
+            if target is None:
+                raise
+            return getattr(target, name)
+
+    def _owns(self, name: str) -> bool:
+        return (
+            not self.__dict__.get("_roundpipe_ready", False)
+            or name in self.__dict__
+            or name in self.__dict__.get("_modules", {})
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._owns(name):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._original_model or self.model, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self._owns(name):
+            super().__delattr__(name)
+        else:
+            delattr(self._original_model or self.model, name)
+
+    def set_original_model(self, original_model: nn.Module) -> None:
+        """Route attribute reads/writes the wrapper does not own to ``original_model``."""
+        self.__dict__["_original_model"] = original_model
+
+    # ------------------------------------------------------------------------- forward
+    def _config(self, call: RoundPipeRunConfig, field: str) -> Any:
+        return resolve(call, self.model_run_config, field)
+
+    def forward(
+        self, *args: Any, roundpipe_run_config: RoundPipeRunConfig = RoundPipeRunConfig(), **kwargs: Any
+    ) -> Any:
+        """Run the model on the inputs, microbatched as the run config says.
+
+        Under ``torch.no_grad()`` (or ``requires_grad=False``) it is inference; otherwise the
+        outputs are part of the autograd graph and ``backward()`` accumulates gradients that
+        the next :meth:`step` hands to the optimizer.
+        """
+        requires_grad = self._config(roundpipe_run_config, "requires_grad")
+        if requires_grad and not torch.is_grad_enabled():
+            raise RuntimeError(
+                "RoundPipe.forward: the run config asks for requires_grad=True but grad "
+                "mode is disabled (torch.no_grad() / inference_mode())"
+            )
+        arg_chunks, kwarg_chunks, _ = split_inputs(
+            args, kwargs,
+            self._config(roundpipe_run_config, "num_microbatch"),
+            self._config(roundpipe_run_config, "split_input"),
+        )
+        with torch.set_grad_enabled(bool(requires_grad)):
+            outputs = [self.model(*a, **k) for a, k in zip(arg_chunks, kwarg_chunks)]
+        merged = merge_outputs(outputs, self._config(roundpipe_run_config, "merge_output"))
+        return to_device(merged, self._config(roundpipe_run_config, "output_device"))
+
+    def forward_backward(
+        self,
+        input_args: tuple = (),
+        input_kwargs: Dict[str, Any] = {},
+        label: Any = None,
+        loss_fn: Callable[[Any, Any], Any] = _default_loss_fn,
+        return_outputs: bool = False,
+        run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
+    ) -> Union[LossValue, Tuple[LossValue, Any]]:
+        """Forward, ``loss_fn`` and backward for every microbatch; return the summed loss.
+
+        For each microbatch, on the calling thread (so an enclosing ``torch.autocast``
+        applies): ``outputs = model(*args, **kwargs)``, ``loss = loss_fn(outputs, label)``,
+        then backward of ``loss`` (a scalar tensor, or a sequence of scalars back-propagated
+        together). Gradients accumulate in the model's dtype until :meth:`step`.
+
+        Returns the sum over microbatches of the ``loss_fn`` values, detached, on CPU (a
+        list of sums for a sequence loss), and with ``return_outputs=True`` the tuple
+        ``(loss, merged_outputs)`` with the outputs detached.
+
+        Raises ``RuntimeError`` when grad mode is off or the loss is not connected to the
+        model, ``TypeError``/``ValueError`` for a loss that is not a floating scalar tensor,
+        ``ValueError`` for a label whose batch size differs from the inputs'. Gradients of
+        microbatches that finished before an error stay accumulated.
+        """
+        if not torch.is_grad_enabled():
+            raise RuntimeError(
+                "RoundPipe.forward_backward needs grad mode, but it was called under "
+                "torch.no_grad() / inference_mode()"
+            )
+        if not self._config(run_config, "requires_grad"):
+            raise RuntimeError("RoundPipe.forward_backward needs requires_grad=True in the run config")
+        arg_chunks, kwarg_chunks, batch = split_inputs(
+            input_args, input_kwargs,
+            self._config(run_config, "num_microbatch"),
+            self._config(run_config, "split_input"),
+        )
+        labels = split_label(label, len(arg_chunks), batch, self._config(run_config, "split_label"))
+        total: Optional[List[torch.Tensor]] = None
+        outputs = []
+        sequence_loss = False
+        for index, (args, kwargs, mb_label) in enumerate(zip(arg_chunks, kwarg_chunks, labels)):
+            output = self.model(*args, **kwargs)
+            loss = loss_fn(output, mb_label)
+            sequence_loss = isinstance(loss, (list, tuple))
+            tensors = _loss_tensors(loss, index)
+            torch.autograd.backward(tensors)
+            total = _sum_detached(total, tensors)
+            if return_outputs:
+                outputs.append(output)
+            del output, loss
+        assert total is not None
+        summed: LossValue = total if sequence_loss else total[0]
+        if not return_outputs:
+            return summed
+        merged = merge_outputs(
+            [torch.utils._pytree.tree_map(_detach, o) for o in outputs],
+            self._config(run_config, "merge_output"),
+        )
+        return summed, to_device(merged, self._config(run_config, "output_device"))
+
+    # ------------------------------------------------------------------- optimizer side
+    def _wait_for_optimizer(self, reason: str) -> None:
+        if optim_stream.on_optim_stream():
+            raise RuntimeError(f"{reason} cannot run on the optimizer thread (inside a step function)")
+        if self._last_step is not None:
+            optim_stream.wait(self._last_step, reason)
+
+    def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
+        """Hand the accumulated gradients to the optimizer copies and run ``step_fn``.
+
+        1. Wait for the previous step function (re-raising its error, if it failed).
+        2. ``is_async``: copy the optimizer's current values (the previous step's result)
+           into the model, so the next forward uses weights one step old (staleness 1).
+        3. Move the model's gradients onto the copies' ``.grad`` (cast to ``optim_dtype``).
+        4. Queue ``step_fn(*args, **kwargs)`` on the optimizer thread, with
+           :class:`OptimizerCtx` active there.
+        5. Not ``is_async``: wait for it and copy the new weights into the model.
+
+        Raises ``TypeError`` for a non-callable ``step_fn`` or a non-bool ``is_async`` (the
+        classic slip ``model.step(fn, optimizer)``: pass step arguments after ``is_async``
+        or by keyword), ``RuntimeError`` when the optimizer copies were never created.
+        """
+        if not callable(step_fn):
+            raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
+        if not isinstance(is_async, bool):
+            raise TypeError(
+                f"is_async must be a bool, got {type(is_async).__name__}: step function "
+                "arguments go after it (model.step(fn, True, a, b)) or by keyword"
+            )
+        self._wait_for_optimizer("RoundPipe.step(): the previous step function")
+        if not self._copies.created:
+            raise RuntimeError(
+                "RoundPipe.step(): the optimizer copies were never created. Build the "
+                "optimizer on model.optim_parameters() (or on model.parameters() inside "
+                "`with OptimizerCtx():`), not on the wrapped module's parameters."
+            )
+        if is_async:
+            self._copies.copy_to_model()
+        self._copies.hand_over_grads()
+        self._last_step = optim_stream.launch(_run_step_fn, step_fn, args, kwargs)
+        if not is_async:
+            self._wait_for_optimizer("RoundPipe.step(is_async=False)")
+            self._copies.copy_to_model()
+
+    def synchronize(self) -> None:
+        """Wait for the optimizer and copy its newest weights into the model.
+
+        Gradients accumulated since the last :meth:`step` stay in ``param.grad`` and are
+        still applied by the next step (upstream RoundPipe 0.1.1 loses them).
+        """
+        self._wait_for_optimizer("RoundPipe.synchronize()")
+        if self._copies.created:
+            self._copies.copy_to_model()
+
+    def sync_optim_param(self) -> None:
+        """Upstream's name for copying the optimizer's weights into the model; waits for
+        the optimizer first (same as :meth:`synchronize`)."""
+        self.synchronize()
+
+    def _weights_loaded(self, module: nn.Module, incompatible_keys: Any) -> None:
+        """load_state_dict post-hook: loaded weights replace the optimizer copies' values."""
+        if self._copies.created:
+            if not optim_stream.on_optim_stream():
+                self._wait_for_optimizer("RoundPipe: loading weights")
+            self._copies.refresh_from_model()
+
+    def optim_named_parameters(
+        self, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[Tuple[str, nn.Parameter]]:
+        """``(name, optimizer copy)`` pairs, named like ``named_parameters()`` (``model.``
+        prefix). Copies are created on first use; only trainable parameters have one."""
+        inner = f"{prefix}.model" if prefix else "model"
+        return self._copies.named(inner, remove_duplicate)
+
+    def optim_parameters(self) -> Iterator[nn.Parameter]:
+        """The optimizer copies (build the optimizer on these)."""
+        for _, copy_param in self.optim_named_parameters():
+            yield copy_param
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:
+        """The model's parameters, or the optimizer copies inside :class:`OptimizerCtx`."""
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[Tuple[str, nn.Parameter]]:
+        """As ``nn.Module.named_parameters``; inside :class:`OptimizerCtx` (with
+        ``recurse=True``) the optimizer copies instead of the model's parameters."""
+        if recurse and optimizer_ctx_active():
+            return self.optim_named_parameters(prefix, remove_duplicate)
+        return super().named_parameters(prefix, recurse, remove_duplicate)
+
+
+def _detach(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def _run_step_fn(step_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """The optimizer-thread side of ``RoundPipe.step``."""
+    with OptimizerCtx():
+        return step_fn(*args, **kwargs)
+
+
+def wrap_model_to_roundpipe(
+    model: nn.Module,
+    use_sequential_preset: Optional[bool] = None,
+    lower_threshold: int = 16384,
+    upper_threshold: Optional[int] = None,
+    skip_modules: Any = [],
+    override_config: Dict[nn.Module, RoundPipeRunConfig] = {},
+    model_run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
+    name: Optional[str] = None,
+    **roundpipe_kwargs: Any,
+) -> RoundPipe:
+    """Upstream's automatic wrapper. On one device there is nothing to split into stages,
+    so the whole model becomes one :class:`RoundPipe`; the layer-splitting arguments
+    (``use_sequential_preset``, thresholds, ``skip_modules``, ``override_config``) are
+    accepted and have no effect."""
+    return RoundPipe(model, name=name or _caller_location(), model_run_config=model_run_config, **roundpipe_kwargs)

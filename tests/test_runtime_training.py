@@ -1,0 +1,367 @@
+"""RoundPipe training numerics: exact against plain torch loops, staleness 1 when async,
+microbatching, the GradScaler sequences, checkpoints and fault handling."""
+
+import _thread
+import threading
+import traceback
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import roundpipe
+from roundpipe import GradScaler, RoundPipe, RoundPipeRunConfig
+from runtime_refs import loss_of, make_data, make_net, master_weight_loop, plain_loop
+from scaler_loops import reference_scales
+
+OPTIMIZERS = {
+    "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+    "roundpipe_adam": lambda ps: roundpipe.optim.Adam(ps, lr=0.01, weight_decay=0.01),
+}
+
+
+def _bitwise(a, b):
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def run_roundpipe(net, make_opt, data, is_async, optim_dtype=None, input_dtype=None, record_used=False):
+    model = RoundPipe(net, optim_dtype=optim_dtype)
+    opt = make_opt(model.optim_parameters())
+    used, losses = [], []
+    if record_used:
+        net.register_forward_pre_hook(lambda m, a: used.append([p.detach().clone() for p in m.parameters()]))
+    for x, y in data:
+        inp = x if input_dtype is None else x.to(input_dtype)
+        loss = model.forward_backward(input_args=(inp,), label=y, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+        losses.append(loss.item())
+    model.synchronize()
+    return losses, used, [p.detach().clone() for p in net.parameters()], list(model.optim_parameters())
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_sync_steps_match_the_plain_torch_loop_bitwise(name):
+    data = make_data(6)
+    ref_losses, ref_params = plain_loop(make_net(), OPTIMIZERS[name], data)
+    losses, _, params, _ = run_roundpipe(make_net(), OPTIMIZERS[name], data, is_async=False)
+    assert losses == ref_losses
+    assert _bitwise(params, ref_params)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
+def test_low_precision_model_with_fp32_masters_matches_hand_written_loop(dtype, name):
+    data = make_data(5)
+    ref_losses, _, ref_masters = master_weight_loop(make_net(dtype), OPTIMIZERS[name], data, input_dtype=dtype)
+    losses, _, params, copies = run_roundpipe(
+        make_net(dtype), OPTIMIZERS[name], data, False, torch.float32, input_dtype=dtype
+    )
+    assert losses == ref_losses
+    assert _bitwise(copies, ref_masters)
+    assert _bitwise(params, [m.to(dtype) for m in ref_masters])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("name", ["sgd_momentum", "adam"])
+def test_async_steps_match_an_independent_staleness_one_reference(dtype, name):
+    data = make_data(7)
+    ref_losses, ref_used, ref_final = master_weight_loop(
+        make_net(dtype), OPTIMIZERS[name], data, staleness=1, input_dtype=dtype
+    )
+    losses, used, params, copies = run_roundpipe(
+        make_net(dtype), OPTIMIZERS[name], data, True, torch.float32, input_dtype=dtype, record_used=True
+    )
+    assert losses == ref_losses
+    assert all(_bitwise(a, b) for a, b in zip(used, ref_used))
+    assert _bitwise(copies, ref_final)
+    assert _bitwise(params, [m.to(dtype) for m in ref_final])
+
+
+def test_staleness_table_of_upstream_docs():
+    """SGD lr=1 and dL/dw=1: the weight each forward sees, as upstream documents it."""
+    for is_async, expected in ((True, [0, 0, -1, -2, -3]), (False, [0, -1, -2, -3, -4])):
+        w = torch.nn.Parameter(torch.zeros(1))
+        holder = torch.nn.Module()
+        holder.w = w
+        model = RoundPipe(holder)
+        opt = torch.optim.SGD(model.optim_parameters(), lr=1.0)
+        seen = []
+
+        def forward(_):
+            seen.append(w.item())
+            return w.sum()
+
+        holder.forward = forward
+        for _ in range(5):
+            model.forward_backward(input_args=(torch.zeros(1),))
+            model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+        model.synchronize()
+        assert seen == expected and w.item() == -5
+
+
+# ---------------------------------------------------------------------- GradScaler
+PATTERN = [0, 0, "inf", 0, 0, 0, "inf", 0, 0, 0]
+
+
+def _scaled_roundpipe(mode):
+    data = make_data(len(PATTERN))
+    model = RoundPipe(make_net(), optim_dtype=torch.float32)
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.05, momentum=0.9)
+    scaler = GradScaler(2.0**10, growth_interval=2)
+    scales = []
+    for (x, y), fault in zip(data, PATTERN):
+        scales.append(scaler.get_scale())
+        model.forward_backward(input_args=(x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+
+        def step_fn(fault=fault):
+            if fault:
+                opt.param_groups[0]["params"][0].grad.view(-1)[0] = float(fault)
+            scaler.step(opt)
+            opt.zero_grad()
+
+        model.step(step_fn, is_async=(mode != "sync"))
+        scaler.update(is_async=(mode != "async+sync_update"))
+    model.synchronize()
+    return scales, [p.detach().clone() for p in model.model.parameters()]
+
+
+def _scaled_torch():
+    data = make_data(len(PATTERN))
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", 2.0**10, growth_interval=2)
+    scales = []
+    for (x, y), fault in zip(data, PATTERN):
+        scales.append(scaler.get_scale())
+        scaler.scale(loss_of(net(x), y)).backward()
+        if fault:
+            next(net.parameters()).grad.view(-1)[0] = float(fault)
+        scaler.step(opt)
+        opt.zero_grad()
+        scaler.update()
+    return scales, [p.detach().clone() for p in net.parameters()]
+
+
+def test_sync_steps_with_grad_scaler_give_torchs_sequence_and_bits():
+    ours, theirs = _scaled_roundpipe("sync"), _scaled_torch()
+    assert ours[0] == theirs[0]
+    assert _bitwise(ours[1], theirs[1])
+
+
+def test_async_steps_with_grad_scaler_give_the_one_iteration_lag():
+    scales, _ = _scaled_roundpipe("async")
+    found = [bool(f) for f in PATTERN]
+    lagged_after = reference_scales(2.0**10, found, interval=2, lag=1)
+    assert scales == [2.0**10] + lagged_after[:-1]
+
+
+def test_async_steps_with_sync_update_give_torchs_sequence():
+    scales, _ = _scaled_roundpipe("async+sync_update")
+    assert scales == _scaled_torch()[0]
+
+
+# -------------------------------------------------------------------- microbatches
+class KwNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(6, 3)
+
+    def forward(self, x, mask=None, bias=None):
+        out = self.lin(x)
+        if mask is not None:
+            out = out * mask
+        if bias is not None:
+            out = out + bias.sum()
+        return out
+
+
+@pytest.mark.parametrize("batch, micro", [(12, 4), (10, 4), (10, 3), (3, 8)])
+def test_microbatches_sum_to_the_full_batch(batch, micro):
+    x, y = make_data(1, batch=batch)[0]
+    mask = (torch.arange(batch) % 3 != 0).float().unsqueeze(1)  # dim 0 == batch: split
+    bias = torch.randn(7)  # dim 0 != batch: given whole to every microbatch
+    sum_loss = lambda o, l: F.mse_loss(o, l, reduction="sum")
+
+    full = RoundPipe(KwNet())
+    full_loss = full.forward_backward((x,), {"mask": mask, "bias": bias}, y, sum_loss)
+    micro_model = RoundPipe(KwNet(), model_run_config=RoundPipeRunConfig(num_microbatch=micro))
+    loss, out = micro_model.forward_backward((x,), {"mask": mask, "bias": bias}, y, sum_loss, return_outputs=True)
+    torch.testing.assert_close(loss, full_loss, rtol=1e-5, atol=1e-5)  # summation order differs
+    for a, b in zip(micro_model.model.parameters(), full.model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, KwNet()(x, mask=mask, bias=bias))
+    assert not out.requires_grad
+
+
+def test_one_microbatch_is_a_plain_call_bitwise():
+    x, y = make_data(1)[0]
+    net = make_net()
+    ref = loss_of(net(x), y)
+    model = RoundPipe(make_net())
+    assert torch.equal(model.forward_backward((x,), label=y, loss_fn=loss_of), ref.detach())
+
+
+def test_label_batch_mismatch_is_an_error_not_a_silent_misalignment():
+    x, y = make_data(1, batch=10)[0]
+    model = RoundPipe(make_net(), model_run_config=RoundPipeRunConfig(num_microbatch=2))
+    with pytest.raises(ValueError, match="batch size 5 does not match"):
+        model.forward_backward((x,), label=y[:5], loss_fn=loss_of)
+
+
+def test_custom_split_and_merge_functions_are_honoured():
+    x, y = make_data(1, batch=8)[0]
+    calls = []
+
+    def split_input(args, kwargs, n):
+        calls.append(n)
+        return [(args[0][:6],), (args[0][6:],)], [{}, {}]
+
+    config = RoundPipeRunConfig(
+        num_microbatch=4, split_input=split_input,
+        split_label=lambda label, n: [label[:6], label[6:]],
+        merge_output=lambda outs: [o.shape[0] for o in outs],
+    )
+    model = RoundPipe(make_net(), model_run_config=config)
+    loss, sizes = model.forward_backward((x,), label=y, loss_fn=loss_of, return_outputs=True)
+    assert calls == [4] and sizes == [6, 2]
+    assert list(model(x, roundpipe_run_config=RoundPipeRunConfig(merge_output=False)).__class__.__mro__)[0] is list
+
+
+def test_forward_merges_microbatch_outputs_and_runs_inference_under_no_grad():
+    x, _ = make_data(1, batch=10)[0]
+    model = RoundPipe(make_net(), model_run_config=RoundPipeRunConfig(num_microbatch=3))
+    with torch.no_grad():
+        out = model(x)
+    assert not out.requires_grad
+    torch.testing.assert_close(out, make_net()(x))
+
+
+def test_sequence_loss_returns_a_list_of_sums():
+    x, y = make_data(1)[0]
+    model = RoundPipe(make_net())
+    losses = model.forward_backward((x,), label=y, loss_fn=lambda o, l: [loss_of(o, l), o.abs().mean()])
+    assert isinstance(losses, list) and len(losses) == 2
+
+
+def test_autocast_around_forward_backward_applies_to_the_model():
+    x, y = make_data(1)[0]
+    model = RoundPipe(make_net())
+    dtypes = []
+    model.model.register_forward_hook(lambda m, a, out: dtypes.append(out.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+    assert dtypes == [torch.bfloat16]
+
+
+# ----------------------------------------------------- gradients, checkpoints, faults
+def test_synchronize_loses_no_gradient_and_does_not_double_it():
+    data = make_data(3)
+    ref_losses, ref_params = plain_loop(make_net(), OPTIMIZERS["sgd_momentum"], data)
+    model = RoundPipe(make_net())
+    opt = OPTIMIZERS["sgd_momentum"](model.optim_parameters())
+    for x, y in data:
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        model.synchronize()
+        model.synchronize()
+        grads = [p.grad.clone() for p in model.model.parameters()]
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+    assert _bitwise([p.detach() for p in model.model.parameters()], ref_params)
+    assert all(g is not None for g in grads)
+
+
+def test_gradient_accumulation_over_several_calls():
+    data = make_data(4)
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x, y in data:
+        loss_of(net(x), y).backward()
+    opt.step()
+    model = RoundPipe(make_net())
+    ropt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    for x, y in data:
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+    model.step(ropt.step, is_async=False)
+    assert _bitwise(list(model.model.parameters()), list(net.parameters()))
+
+
+def test_loading_weights_refreshes_the_optimizer_copies():
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.0)
+    x, y = make_data(1)[0]
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    model.step(lambda: (opt.step(), opt.zero_grad()))
+    state = {k: torch.full_like(v, 7.0) for k, v in model.model.state_dict().items()}
+    model.model.load_state_dict(state)
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    model.step(lambda: (opt.step(), opt.zero_grad()))  # upstream would restore the old weights here
+    model.synchronize()
+    assert all(torch.all(p == 7.0) for p in model.model.parameters())
+    assert all(torch.all(c == 7.0) for c in model.optim_parameters())
+    model.load_state_dict({f"model.{k}": torch.full_like(v, 3.0) for k, v in state.items()}, assign=True)
+    model.synchronize()
+    assert all(torch.all(c == 3.0) for c in model.optim_parameters())
+
+
+def _boom():
+    raise ValueError("bad step")
+
+
+@pytest.mark.parametrize("where", ["step", "synchronize", "update"])
+def test_step_function_errors_reach_the_main_thread(where):
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    scaler = GradScaler()
+    x, y = make_data(1)[0]
+    model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+    model.step(_boom)
+    scaler.update()  # lagged: does not wait for this iteration
+    model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+    with pytest.raises(ValueError, match="bad step") as caught:
+        if where == "step":
+            model.step(lambda: (scaler.step(opt), opt.zero_grad()))
+        elif where == "synchronize":
+            model.synchronize()
+        else:
+            scaler.update()  # waits for the previous iteration's step function
+    assert "_boom" in "".join(traceback.format_tb(caught.value.__traceback__))
+    # Nothing hangs and training goes on; the failed iteration's gradients were handed over
+    # before the error, this iteration's are still on the model.
+    assert all(p.grad is not None for p in model.model.parameters())
+    model.step(lambda: (scaler.step(opt), opt.zero_grad()), is_async=False)
+
+
+def test_interrupting_a_wait_keeps_the_gradients():
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    x, y = make_data(1)[0]
+    gate = threading.Event()
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    model.step(lambda: gate.wait(10))
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    grads = [p.grad.clone() for p in model.model.parameters()]
+    threading.Timer(0.2, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        model.step(lambda: opt.step())
+    assert "previous step function" in "\n".join(caught.value.__notes__)
+    assert _bitwise([p.grad for p in model.model.parameters()], grads)
+    gate.set()
+    model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+
+
+def test_non_scalar_loss_error_keeps_earlier_microbatch_gradients():
+    x, y = make_data(1, batch=8)[0]
+    model = RoundPipe(make_net(), model_run_config=RoundPipeRunConfig(num_microbatch=2))
+    ref = RoundPipe(make_net())
+    ref.forward_backward((x[:4],), label=y[:4], loss_fn=loss_of)
+    calls = []
+
+    def second_is_bad(out, label):
+        calls.append(1)
+        return loss_of(out, label) if len(calls) == 1 else out
+
+    with pytest.raises(ValueError, match="scalar"):
+        model.forward_backward((x,), label=y, loss_fn=second_is_bad)
+    assert _bitwise([p.grad for p in model.model.parameters()], [p.grad for p in ref.model.parameters()])
