@@ -41,6 +41,9 @@ class Adam(torch.optim.Adam):
     ) -> None:
         if foreach is None and not fused and not differentiable:
             foreach = True
+        extra = {}
+        if decoupled_weight_decay:  # torch releases before 2.6 lack the keyword
+            extra["decoupled_weight_decay"] = True
         super().__init__(
             params,
             lr=lr,
@@ -53,5 +56,5 @@ class Adam(torch.optim.Adam):
             capturable=capturable,
             differentiable=differentiable,
             fused=fused,
-            decoupled_weight_decay=decoupled_weight_decay,
+            **extra,
         )
