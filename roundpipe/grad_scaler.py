@@ -117,8 +117,8 @@ class GradScaler:
 
     Args:
         init_scale: the first scale. A leading device argument as torch takes it
-            (``GradScaler("cuda", 1024.0)``) is accepted and shifts the other positional
-            arguments, so torch code works unchanged (pass ``enabled`` by keyword then).
+            (``GradScaler("cuda", 1024.0, growth_interval=100)``) is accepted, so torch code
+            works unchanged.
         growth_factor: multiplier after ``growth_interval`` consecutive clean iterations
             (must be > 1 when enabled).
         backoff_factor: multiplier after an iteration with inf/NaN gradients (must be < 1).
@@ -136,7 +136,17 @@ class GradScaler:
     Threads: construct on the main thread. Every public method documents where it may run.
     """
 
-    def __init__(
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The signature shown (``__signature__`` below) is ``_configure``'s; a leading device
+        # argument, as torch takes it, is peeled off first.
+        device = kwargs.pop("device", None)
+        if args and _is_device_like(args[0]):
+            if device is not None:
+                raise TypeError("GradScaler got the device both positionally and by keyword")
+            device, args = args[0], args[1:]
+        self._configure(*args, device=device, **kwargs)
+
+    def _configure(
         self,
         init_scale: float = 2.0**16,
         growth_factor: float = 2.0,
@@ -148,17 +158,6 @@ class GradScaler:
         max_scale: Optional[float] = None,
         device: Optional[Union[str, torch.device]] = None,
     ) -> None:
-        if _is_device_like(init_scale):
-            if device is not None:
-                raise TypeError("GradScaler got the device both positionally and by keyword")
-            device, init_scale, growth_factor, backoff_factor, growth_interval = (
-                init_scale,  # type: ignore[assignment]
-                growth_factor,
-                backoff_factor,
-                growth_interval,
-                enabled,  # type: ignore[assignment]
-            )
-            enabled = True
         self._device = device
         self._enabled = bool(enabled)
         if self._enabled and device is not None and torch.device(device).type == "cuda":
@@ -182,6 +181,8 @@ class GradScaler:
                 raise AssertionError("The backoff factor must be < 1.0.")
             _check_bounds(min_scale, max_scale)
         self._start_fresh()
+
+    __init__.__signature__ = inspect.signature(_configure)  # type: ignore[attr-defined]
 
     def _start_fresh(self) -> None:
         """(Re)create the thread-side state: lock, records, lazily created tensors."""

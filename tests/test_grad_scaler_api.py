@@ -33,6 +33,12 @@ def test_leading_device_argument_is_accepted_like_torch():
     assert (scaler.get_scale(), scaler.get_growth_factor(), scaler.get_backoff_factor(),
             scaler.get_growth_interval()) == (128.0, 3.0, 0.25, 7)
     assert GradScaler(device="cpu", init_scale=4.0).get_scale() == 4.0
+    mixed = GradScaler("cpu", 1024.0, growth_interval=2, backoff_factor=0.125)
+    assert (mixed.get_scale(), mixed.get_growth_factor(), mixed.get_backoff_factor(),
+            mixed.get_growth_interval()) == (1024.0, 2.0, 0.125, 2)
+    assert GradScaler(torch.device("cpu"), 8.0, 3.0, 0.5, 4, False).is_enabled() is False
+    with pytest.raises(TypeError):
+        GradScaler("cpu", device="cpu")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA fallback")
