@@ -1,18 +1,29 @@
 """Migrate one file's source text: parse, apply the torch.amp and apex rules, check.
 
 Entry point for the command line and the tests: :func:`migrate_source`. It never raises
-for bad input: a file that cannot be parsed comes back unchanged with an RPM9xx diagnostic.
-It never imports torch.
+for bad input: a file that cannot be parsed comes back unchanged with an RPM9xx diagnostic,
+and a file whose AMP use is not fully understood comes back unchanged with the diagnostic
+saying why. It never imports torch.
 """
 
 from __future__ import annotations
 
+from typing import List
+
 import libcst as cst
 
-from .diagnostics import Diagnostic, FileResult
+from .diagnostics import Diagnostic, FileResult, Rewrite
+from .edits import EditApplier, Edits
+from .names import ModuleFacts
 from .prefilter import might_use_amp
+from .torch_amp import NUM_MICROBATCH, Blocked, plan_torch_amp
 
 __all__ = ["migrate_source"]
+
+_HEADER = (
+    "import roundpipe\n",
+    f"{NUM_MICROBATCH} = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it\n",
+)
 
 
 def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
@@ -28,12 +39,60 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
     if not might_use_amp(source):
         return result
     try:
-        module = cst.parse_module(source)
+        wrapper = cst.MetadataWrapper(cst.parse_module(source))
     except cst.ParserSyntaxError as err:
         result.diagnostics.append(
             Diagnostic(path, err.raw_line, err.raw_column + 1, "RPM901",
                        f"syntax error, file skipped: {err.message}")
         )
         return result
-    del module  # rules land here
+    facts = ModuleFacts(wrapper)
+    try:
+        plan = plan_torch_amp(facts, exact)
+    except Blocked as blocked:
+        position = facts.position(blocked.node)
+        result.diagnostics.append(
+            Diagnostic(path, position.line, position.column + 1, blocked.code, blocked.message)
+        )
+        return result
+    if not plan.edits:
+        return result
+    _add_header(facts.module, plan.edits)
+    migrated = facts.module.visit(EditApplier(plan.edits)).code
+    try:
+        compile(migrated, path, "exec")
+    except SyntaxError as err:  # a bug in a rule: never write what does not compile
+        result.diagnostics.append(
+            Diagnostic(path, 1, 1, "RPM106", f"internal error, file left unchanged (please "
+                       f"report): the migrated text does not compile: {err.msg}")
+        )
+        return result
+    result.migrated = migrated
+    result.rewrites = [Rewrite(facts.position(node).line, text) for node, text in plan.rewrites]
+    result.rewrites.sort(key=lambda r: r.line)
     return result
+
+
+def _add_header(module: cst.Module, edits: Edits) -> None:
+    """``import roundpipe`` and the microbatch constant after the module's imports."""
+    body: List[cst.BaseStatement] = list(module.body)
+    index = 0
+    for position, statement in enumerate(body):
+        if _is_import_line(statement) or _is_docstring(statement, position):
+            index = position + 1
+    edits.insert_before(module, index, [cst.parse_statement(line) for line in _HEADER])
+
+
+def _is_import_line(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
+def _is_docstring(statement: cst.BaseStatement, position: int) -> bool:
+    return (
+        position == 0
+        and isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )

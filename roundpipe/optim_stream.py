@@ -28,6 +28,7 @@ Contracts:
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import os
 import weakref
@@ -306,6 +307,25 @@ def _forget_stream_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_stream_in_child)
+
+
+def _drain_at_exit() -> None:
+    """Let queued optimizer work finish before the interpreter tears down.
+
+    A daemon thread killed inside a torch kernel at shutdown aborts the process; and an
+    error nobody waited for must not vanish, so it is printed.
+    """
+    stream = _STREAM
+    if stream is None or stream.is_worker():
+        return
+    try:
+        stream.wait(stream.launched_seq(), "interpreter exit")
+    except BaseException:  # noqa: BLE001 - report, never raise during shutdown
+        print("roundpipe: optimizer work failed and nobody waited for it:", file=sys.stderr)
+        traceback.print_exc()
+
+
+atexit.register(_drain_at_exit)
 
 
 def launch(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:

@@ -1,0 +1,51 @@
+"""Older torch.cuda.amp spellings, as found in many pre-2.x training scripts.
+
+AMP is only switched on when CUDA is present; on a CPU-only machine the scaler
+and autocast are disabled and the loop runs in full precision.
+"""
+
+import torch
+import torch.nn as nn
+from torch.cuda import amp
+
+
+def main():
+    torch.manual_seed(0)
+    use_amp = torch.cuda.is_available()
+    device = torch.device("cuda" if use_amp else "cpu")
+
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16, 3),
+    ).to(device)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    # Positional first argument is init_scale.
+    scaler = amp.GradScaler(1024.0, enabled=use_amp)
+
+    images = torch.randn(8, 6, 1, 8, 8)
+    labels = torch.randint(0, 3, (8, 6))
+
+    for step in range(8):
+        inputs = images[step].to(device)
+        targets = labels[step].to(device)
+
+        optimizer.zero_grad()
+        # Autocast region: the forward pass and the loss.
+        with amp.autocast(enabled=use_amp):
+            output = model(inputs)
+            loss = criterion(output, targets)
+
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+        print(f"step {step} loss {loss.item():.6f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Collected edits and the one transformer pass that applies them.
+
+Rules never mutate the tree; they record what to change, keyed by nodes of the analysed
+tree, and :class:`EditApplier` applies everything in a single bottom-up pass:
+
+* expression edits: ``node -> function(updated_node) -> new_node``;
+* block edits: in a statement list (module body or an indented block), replace the range
+  ``[start, end)`` with ``function(updated_statements_in_range)``; ranges must not overlap;
+* insertions before a statement are block edits of an empty range.
+
+Comments survive because statements are moved as whole nodes (with their leading lines),
+and a statement that is dropped hands its comments to the first statement replacing it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import libcst as cst
+
+__all__ = ["Edits", "EditApplier", "PendingComments", "carry_comments", "drop_keeping_comments"]
+
+StatementBuilder = Callable[[List[cst.BaseStatement]], List[cst.BaseStatement]]
+
+
+class Edits:
+    """What to change; filled by the rules, applied by :class:`EditApplier`."""
+
+    def __init__(self) -> None:
+        self.expressions: Dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = {}
+        self.blocks: Dict[cst.CSTNode, List[Tuple[int, int, StatementBuilder]]] = {}
+
+    def replace_expression(self, node: cst.CSTNode, build: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
+        self.expressions[node] = build
+
+    def replace_range(self, block: cst.CSTNode, start: int, end: int, build: StatementBuilder) -> None:
+        ranges = self.blocks.setdefault(block, [])
+        for other_start, other_end, _ in ranges:
+            if start < other_end and other_start < end:
+                raise ValueError("overlapping statement edits")
+        ranges.append((start, end, build))
+
+    def insert_before(self, block: cst.CSTNode, index: int, statements: Sequence[cst.BaseStatement]) -> None:
+        new = list(statements)
+        self.replace_range(block, index, index, lambda _: list(new))
+
+    def __bool__(self) -> bool:
+        return bool(self.expressions or self.blocks)
+
+
+def carry_comments(dropped: Sequence[cst.BaseStatement], target: cst.BaseStatement) -> cst.BaseStatement:
+    """Give ``target`` the leading comment lines (and same-line comments) of ``dropped``."""
+    lines = _comment_lines(dropped)
+    if not lines:
+        return target
+    return target.with_changes(leading_lines=[*lines, *target.leading_lines])
+
+
+class PendingComments:
+    """Comment lines of dropped statements, to be put on the next statement of the block."""
+
+    def __init__(self, lines: Sequence[cst.EmptyLine]) -> None:
+        self.lines = list(lines)
+
+
+def _comment_lines(statements: Sequence[cst.BaseStatement]) -> List[cst.EmptyLine]:
+    lines: List[cst.EmptyLine] = []
+    for statement in statements:
+        lines.extend(statement.leading_lines)
+        trailing = getattr(statement, "trailing_whitespace", None)
+        if trailing is not None and trailing.comment is not None:
+            lines.append(cst.EmptyLine(comment=trailing.comment))
+    return lines
+
+
+def drop_keeping_comments(updated: List[cst.BaseStatement]) -> list:
+    """A block-edit builder that removes statements but keeps their comments."""
+    lines = _comment_lines(updated)
+    return [PendingComments(lines)] if any(line.comment is not None for line in lines) else []
+
+
+def _settle_comments(body: list, footer: Sequence[cst.EmptyLine]) -> Tuple[list, list]:
+    """Attach :class:`PendingComments` to the statement after them (or the block footer)."""
+    settled: list = []
+    waiting: List[cst.EmptyLine] = []
+    for item in body:
+        if isinstance(item, PendingComments):
+            waiting.extend(item.lines)
+            continue
+        if waiting:
+            item = item.with_changes(leading_lines=[*waiting, *item.leading_lines])
+            waiting = []
+        settled.append(item)
+    return settled, [*waiting, *footer]
+
+
+class EditApplier(cst.CSTTransformer):
+    """Applies :class:`Edits` to the tree they were recorded on."""
+
+    def __init__(self, edits: Edits) -> None:
+        super().__init__()
+        self._edits = edits
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        build = self._edits.expressions.get(original_node)
+        if build is not None:
+            updated_node = build(updated_node)
+        ranges = self._edits.blocks.get(original_node)
+        if ranges:
+            body = list(updated_node.body)
+            for start, end, build_statements in sorted(ranges, key=lambda r: (r[0], r[1]), reverse=True):
+                body[start:end] = build_statements(body[start:end])
+            body, footer = _settle_comments(body, updated_node.footer)
+            updated_node = updated_node.with_changes(body=body, footer=footer)
+        return updated_node

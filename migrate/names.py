@@ -1,0 +1,183 @@
+"""Name facts the rules need, computed once per module with libcst metadata.
+
+* which calls construct a torch GradScaler (any spelling, alias, from-import, import inside a
+  function, try/except fallback), and with which positional convention;
+* which ``with`` items are autocast contexts;
+* where a local name is bound and read, scope by scope;
+* how a function's parameters are fed by its call sites in the same file.
+
+Pure source analysis: never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Set
+
+import libcst as cst
+from libcst.metadata import (
+    FunctionScope,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    Scope,
+    ScopeProvider,
+)
+
+__all__ = ["ModuleFacts", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
+
+SCALER_DEVICE_FIRST = {"torch.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+SCALER_LEGACY_CUDA = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
+SCALER_LEGACY_CPU = {"torch.cpu.amp.GradScaler", "torch.cpu.amp.grad_scaler.GradScaler"}
+AUTOCAST = {
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cpu.amp.autocast",
+    "torch.cuda.amp.autocast_mode.autocast",
+}
+LR_SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
+OPTIMIZER_PREFIXES = ("torch.optim.", "roundpipe.optim.")
+PARALLEL_WRAPPERS = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "apex.parallel.DistributedDataParallel",
+}
+CLIP_FUNCTIONS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+                  "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_"}
+
+
+@dataclass(frozen=True)
+class ScalerKind:
+    """How a GradScaler constructor reads its positional arguments."""
+
+    device_first: bool  # torch.amp.GradScaler(device, init_scale, ...)
+    implied_device: Optional[str]  # "cuda"/"cpu" for the legacy wrappers
+
+
+class ModuleFacts:
+    """Metadata-backed answers about one parsed module (``wrapper.module``)."""
+
+    def __init__(self, wrapper: cst.MetadataWrapper) -> None:
+        self.module = wrapper.module
+        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        self._scopes = wrapper.resolve(ScopeProvider)
+        self._positions = wrapper.resolve(PositionProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+
+    # ------------------------------------------------------------------ basic lookups
+    def qualified(self, node: cst.CSTNode) -> Set[str]:
+        found = self._qnames.get(node, ())
+        if callable(found):  # newer libcst computes qualified names lazily
+            found = found()
+        return {q.name for q in found}
+
+    def position(self, node: cst.CSTNode):
+        return self._positions[node].start
+
+    def line(self, node: cst.CSTNode) -> int:
+        """1-based start line of ``node`` (0 for nodes outside the parsed tree)."""
+        span = self._positions.get(node)
+        return span.start.line if span is not None else 0
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self._parents.get(node)
+
+    def scope(self, node: cst.CSTNode) -> Optional[Scope]:
+        return self._scopes.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def enclosing(self, node: cst.CSTNode, kinds: tuple) -> Optional[cst.CSTNode]:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, kinds):
+                return ancestor
+        return None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The innermost statement (simple line or compound) containing ``node``."""
+        for candidate in [node, *self.ancestors(node)]:
+            if isinstance(candidate, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return candidate
+        raise ValueError("node is not inside a statement")
+
+    # -------------------------------------------------------------- what a call is
+    def scaler_kind(self, call: cst.Call) -> Optional[ScalerKind]:
+        """The GradScaler spelling ``call`` constructs, or None; ambiguous try/except
+        fallbacks between conventions answer with the device-first one only when no
+        positional argument makes the difference matter (else raise ValueError)."""
+        names = self.qualified(call.func)
+        kinds = []
+        if names & SCALER_DEVICE_FIRST:
+            kinds.append(ScalerKind(True, None))
+        if names & SCALER_LEGACY_CUDA:
+            kinds.append(ScalerKind(False, "cuda"))
+        if names & SCALER_LEGACY_CPU:
+            kinds.append(ScalerKind(False, "cpu"))
+        if not kinds:
+            return None
+        positional = any(arg.keyword is None and arg.star == "" for arg in call.args)
+        if len(set(kinds)) > 1 and positional:
+            raise ValueError("ambiguous GradScaler spelling")
+        return kinds[0]
+
+    def is_autocast(self, item: cst.WithItem) -> bool:
+        call = item.item
+        return isinstance(call, cst.Call) and bool(self.qualified(call.func) & AUTOCAST)
+
+    def calls_any(self, call: cst.Call, names: Set[str]) -> bool:
+        return bool(self.qualified(call.func) & names)
+
+    def calls_prefix(self, call: cst.Call, prefixes: Iterable[str]) -> bool:
+        return any(name.startswith(tuple(prefixes)) for name in self.qualified(call.func))
+
+    # ---------------------------------------------------------------- name bindings
+    def assignments(self, name: str, scope: Scope) -> List[cst.CSTNode]:
+        """Nodes that bind ``name`` in ``scope`` (Assign/For/param/import ... nodes)."""
+        return [a.node for a in scope.assignments[name]]
+
+    def accesses(self, name: str, scope: Scope) -> List[cst.Name]:
+        """Every read of ``name`` bound in ``scope``, nested scopes included, in source order."""
+        found = {
+            access.node
+            for assignment in scope.assignments[name]
+            for access in assignment.references
+            if isinstance(access.node, cst.Name)
+        }
+        return sorted(found, key=self.line)
+
+    def function_of(self, scope: Scope) -> Optional[cst.FunctionDef]:
+        return scope.node if isinstance(scope, FunctionScope) else None  # type: ignore[return-value]
+
+    def call_sites(self, function: cst.FunctionDef) -> List[cst.Call]:
+        """Calls of ``function`` by its plain name anywhere in the module."""
+        sites = []
+        fn_scope = self.scope(function)
+        if fn_scope is None:
+            return sites
+        for access in self.accesses(function.name.value, fn_scope):
+            parent = self.parent(access)
+            if isinstance(parent, cst.Call) and parent.func is access:
+                sites.append(parent)
+        return sites
+
+
+def argument_for(call: cst.Call, function: cst.FunctionDef, param: str) -> Optional[cst.BaseExpression]:
+    """The expression a call passes for ``param`` of ``function`` (positional or keyword)."""
+    names = [p.name.value for p in function.params.params]
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == param:
+                return arg.value
+        elif index < len(names) and names[index] == param:
+            return arg.value
+    return None

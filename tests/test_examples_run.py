@@ -1,0 +1,48 @@
+"""Each mixed-precision example runs on its own, prints per-step losses, and is deterministic."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+EXAMPLES = [
+    "amp_basic.py",
+    "amp_accumulation.py",
+    "amp_clipping.py",
+    "amp_legacy_cuda.py",
+    "amp_train_function.py",
+    "amp_outputs_used.py",
+]
+
+STEP_LINE = re.compile(r"^step \d+ loss -?\d+\.\d{6}")
+ALLOWED_OTHER = re.compile(r"^(eval |saved|loaded)")
+
+
+def _run(name):
+    return subprocess.run(
+        [sys.executable, str(Path("examples") / name)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_runs_and_is_deterministic(name):
+    first = _run(name)
+    assert first.returncode == 0, f"{name} failed:\n{first.stderr}"
+
+    lines = first.stdout.splitlines()
+    step_lines = [line for line in lines if STEP_LINE.match(line)]
+    assert len(step_lines) >= 6, f"{name} printed too few step lines:\n{first.stdout}"
+    stray = [line for line in lines if not STEP_LINE.match(line) and not ALLOWED_OTHER.match(line)]
+    assert not stray, f"{name} printed unexpected lines: {stray}"
+
+    second = _run(name)
+    assert second.returncode == 0, f"{name} failed on the second run:\n{second.stderr}"
+    assert second.stdout == first.stdout, f"{name} is not deterministic"
