@@ -28,7 +28,7 @@ CODES: Dict[str, str] = {
     "RPM301": "note on the migrated code",
     # files that could not be processed
     "RPM901": "syntax error",
-    "RPM902": "file could not be read",
+    "RPM902": "file could not be read or written",
     "RPM903": "file is not UTF-8",
 }
 

@@ -123,9 +123,15 @@ class ModuleFacts:
             kinds.append(ScalerKind(False, "cpu"))
         if not kinds:
             return None
-        positional = any(arg.keyword is None and arg.star == "" for arg in call.args)
+        positional = [arg.value for arg in call.args if arg.keyword is None and arg.star == ""]
         if len(set(kinds)) > 1 and positional:
-            raise ValueError("ambiguous GradScaler spelling")
+            # A try/except fallback between the two conventions: a string first argument can
+            # only be torch.amp's device, a number only the legacy init_scale.
+            first = positional[0]
+            wanted = isinstance(first, (cst.SimpleString, cst.FormattedString))
+            if not wanted and not isinstance(first, (cst.Float, cst.Integer, cst.BinaryOperation)):
+                raise ValueError("ambiguous GradScaler spelling")
+            kinds = [k for k in kinds if k.device_first == wanted]
         return kinds[0]
 
     def is_autocast(self, item: cst.WithItem) -> bool:

@@ -135,18 +135,51 @@ class TorchAmpRules:
         self.plan = Plan()
         self._step_method_uses: List[cst.Name] = []
         self.step_statements: Set[cst.CSTNode] = set()
+        self.backward_statements: Set[cst.CSTNode] = set()
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> Plan:
         scalers = self._find_scalers()
         for call, statement in scalers:
             self._plan_scaler(call, statement)
+        self._reject_untracked_backwards()
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.step_statements:
                 raise Blocked(access, "RPM104", "scaler.unscale_/step/update outside a training "
                               "step the migration recognised; migrate this loop by hand")
         ModelUses(self).plan()
         return self.plan
+
+    def _reject_untracked_backwards(self) -> None:
+        """``x.scale(loss).backward()`` whose ``x`` was not followed from a torch GradScaler
+        (e.g. a function nobody in this file calls): not certain, so the file is left alone.
+        Objects built by a known non-torch call are someone else's and are ignored."""
+        pattern = m.Call(func=m.Attribute(
+            value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")))
+        for call in m.findall(self.facts.module, pattern):
+            statement = self.facts.statement_of(call)
+            if statement in self.backward_statements:
+                continue
+            owner = call.func.value.func.value
+            scope = self.facts.scope(owner)
+            assignments = list(scope[owner.value]) if scope is not None else []
+            built_elsewhere = all(
+                not isinstance(a.node, cst.Param) and self._built_by_other_call(a.node)
+                for a in assignments
+            )
+            if assignments and built_elsewhere:
+                continue
+            raise Blocked(call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
+                          "migration cannot follow back to a torch GradScaler in this file "
+                          "(e.g. a function nobody here calls); migrate it by hand")
+
+    def _built_by_other_call(self, node: cst.CSTNode) -> bool:
+        statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        small = statement.body[0]
+        return isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and \
+            self.facts.scaler_kind(small.value) is None and bool(self.facts.qualified(small.value.func))
 
     def _find_scalers(self) -> List[Tuple[cst.Call, cst.SimpleStatementLine]]:
         found = []
@@ -286,6 +319,7 @@ class StepBuilder:
         self.scaler = scaler
         self.backward = backward
         self.loss = loss
+        rules.backward_statements.add(backward)
         self.block = self.facts.parent(backward)
         if not isinstance(self.block, (cst.IndentedBlock, cst.Module)):
             raise Blocked(backward, "RPM106", "backward is not a statement of a block")
@@ -331,24 +365,34 @@ class StepBuilder:
         return "sched" in name.lower()
 
     def _find_step_group(self):
-        """(block, start, end, statements, condition) of the optimizer step statements."""
+        """(block, start, end, statements, condition) of the optimizer step statements: the
+        first contiguous run of step statements after the backward, in this block or in the
+        body of an ``if`` (gradient accumulation) that follows it."""
         for position in range(self.index + 1, len(self.body)):
             statement = self.body[position]
-            if self._classify(statement) is not None:
-                end = position
-                while end < len(self.body) and self._classify(self.body[end]) is not None:
-                    end += 1
-                return self.block, position, end, self.body[position:end], None
+            found = self._step_run(self.block, self.body, position)
+            if found is not None:
+                return (*found, None)
             if isinstance(statement, cst.If) and self._mentions(statement, self.scaler):
+                if statement.orelse is not None:
+                    raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
                 inner = list(statement.body.body)
-                if statement.orelse is not None or not all(self._classify(s) for s in inner):
-                    raise Blocked(statement, "RPM106", "the conditional optimizer step holds "
-                                  "statements other than unscale_/clip/step/update/zero_grad/scheduler")
-                return statement.body, 0, len(inner), inner, statement
+                for inner_position in range(len(inner)):
+                    found = self._step_run(statement.body, inner, inner_position)
+                    if found is not None:
+                        return (*found, statement)
             if self._mentions(statement, self.scaler):
                 break
         raise Blocked(self.backward, "RPM106", "no `scaler.step(optimizer)` + `scaler.update()` "
                       "found after the backward in the same block")
+
+    def _step_run(self, block, statements, start):
+        if self._classify(statements[start]) is None:
+            return None
+        end = start
+        while end < len(statements) and self._classify(statements[end]) is not None:
+            end += 1
+        return block, start, end, statements[start:end]
 
     @staticmethod
     def _mentions(node: cst.CSTNode, name: str) -> bool:
@@ -665,7 +709,7 @@ class StepBuilder:
             kwargs_text = f", input_kwargs={code(input_kwargs)}"
         label_text = ""
         if labels:
-            label_text = f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)},)"
+            label_text = f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)})"
         outputs_text = ", return_outputs=True" if return_outputs else ""
         target = loss_name or "_loss"
         call_text = (f"{model}.forward_backward(input_args=({argument_text}){kwargs_text}"

@@ -1,0 +1,35 @@
+"""Stand-in migration engines for the command line tests.
+
+They live in a module of their own so that ``roundpipe-migrate -j N`` worker processes can
+unpickle them. ``fake_migrate`` follows simple text rules:
+
+* ``GradScaler`` in the source: ``# migrated\\n`` is appended (``# migrated exact\\n`` with
+  ``exact=True``), so the file counts as changed;
+* ``DataParallel``: an RPM101 diagnostic (the file becomes "partial");
+* ``NOTE``: an RPM301 info diagnostic (does not change the status).
+"""
+
+from migrate.diagnostics import CODES, Diagnostic, FileResult, Rewrite
+
+
+def fake_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Migrate ``source`` by the text rules in the module docstring."""
+    result = FileResult(path=path, original=source, migrated=source)
+    if "GradScaler" in source:
+        result.migrated = source + ("# migrated exact\n" if exact else "# migrated\n")
+        result.rewrites.append(Rewrite(1, "marked as migrated"))
+    if "DataParallel" in source:
+        result.diagnostics.append(Diagnostic(path, 1, 1, "RPM101", CODES["RPM101"]))
+    if "NOTE" in source:
+        result.diagnostics.append(Diagnostic(path, 1, 1, "RPM301", "a note on the migrated code"))
+    return result
+
+
+def uncompilable_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Return a "migration" that is not valid Python."""
+    return FileResult(path=path, original=source, migrated=source + "def (:\n")
+
+
+def crashing_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Break the engine's promise never to raise."""
+    raise RuntimeError("engine bug")
