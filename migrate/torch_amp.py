@@ -645,14 +645,22 @@ class StepBuilder:
         return None, False
 
     def _batch_names(self, region: "ForwardRegion") -> Set[str]:
-        loop = self.facts.enclosing(self.backward, (cst.For,))
-        names: Set[str] = set(_names_in(loop.target)) if isinstance(loop, cst.For) else set()
-        earlier = self.body[: region.outer_index]
-        if region.with_statement is not None:
-            earlier = earlier + region.statements[: region.start]
-        for statement in earlier:
-            if _is_assignment_line(statement) and set(_names_in(statement)) & names:
-                names |= set(_assigned_names(statement))
+        """Names holding this iteration's data: the loop target and everything assigned in
+        the loop body before the forward; without a loop, the function's parameters. A
+        loss input among them is a label (split with the microbatches); anything else the
+        loss reads is captured by the loss function as it is."""
+        loop = self.facts.enclosing(self.backward, (cst.For, cst.FunctionDef))
+        names: Set[str] = set()
+        if isinstance(loop, cst.For):
+            names |= set(_names_in(loop.target))
+            earlier = self.body[: region.outer_index]
+            if region.with_statement is not None:
+                earlier = earlier + region.statements[: region.start]
+            for statement in earlier:
+                if _is_assignment_line(statement):
+                    names |= set(_assigned_names(statement))
+        elif isinstance(loop, cst.FunctionDef):
+            names |= {p.name.value for p in loop.params.params}
         return names
 
     def _labels(self, region, statements, model_call, assigned) -> List[str]:

@@ -1,0 +1,32 @@
+"""Aliased imports, an import inside a function and a try/except fallback."""
+import torch
+import torch.cuda.amp as A
+import roundpipe
+NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
+
+try:
+    from torch.amp import GradScaler
+except ImportError:  # older torch
+    from torch.cuda.amp import GradScaler
+
+
+def run(model, batches, use_amp):
+    from torch.amp import autocast as ac
+    model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
+
+    opt = torch.optim.Adam(model.optim_parameters())
+    scaler = roundpipe.GradScaler("cuda", enabled=use_amp)
+    for batch in batches:
+        inputs, labels = batch
+        with ac("cuda", enabled=use_amp):
+            def _loss_fn(logits, labels):
+                loss = torch.nn.functional.cross_entropy(logits, labels)
+                return scaler.scale(loss) / NUM_MICROBATCH
+            loss = model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn) / scaler.get_scale()
+        def _step_fn():
+            scaler.step(opt)
+            opt.zero_grad(set_to_none=True)
+        model.step(_step_fn)
+        scaler.update()
+    spare = roundpipe.GradScaler("cuda", enabled=False)  # the legacy alias, never stepped
+    print(spare.get_scale())

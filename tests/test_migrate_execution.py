@@ -1,0 +1,49 @@
+"""Migrated examples run: `--exact` migrations print exactly the original's numbers, default
+(asynchronous) migrations run the same number of steps, and raising the microbatch count
+keeps the loss (mean losses are divided by it)."""
+
+import contextlib
+import io
+import pathlib
+import re
+import runpy
+
+import pytest
+
+from migrate.engine import migrate_source
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("amp_*.py"))
+STEP = re.compile(r"^step (\d+) loss (-?\d+\.\d+)", re.M)
+
+
+def _run(source: str, tmp_path: pathlib.Path, name: str) -> str:
+    script = tmp_path / name
+    script.write_text(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(script), run_name="__main__")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_exact_migration_prints_the_same_numbers(path, tmp_path):
+    source = path.read_text()
+    original = _run(source, tmp_path, "original.py")
+    exact = migrate_source(source, str(path), exact=True)
+    assert exact.status == "migrated"
+    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    default = migrate_source(source, str(path))
+    async_run = _run(default.migrated, tmp_path, "default.py")
+    assert len(STEP.findall(async_run)) == len(STEP.findall(original)) >= 6
+
+
+@pytest.mark.parametrize("name", ["amp_basic.py", "amp_accumulation.py"])
+def test_more_microbatches_keep_the_loss(name, tmp_path):
+    source = (ROOT / "examples" / name).read_text()
+    migrated = migrate_source(source, name, exact=True).migrated
+    split = migrated.replace("NUM_MICROBATCH = 1 ", "NUM_MICROBATCH = 2 ", 1)
+    assert split != migrated
+    first = [float(v) for _, v in STEP.findall(_run(migrated, tmp_path, "one.py"))][0]
+    second = [float(v) for _, v in STEP.findall(_run(split, tmp_path, "two.py"))][0]
+    assert second == pytest.approx(first, rel=2e-3, abs=1e-5)

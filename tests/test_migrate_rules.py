@@ -1,0 +1,114 @@
+"""roundpipe-migrate's rewrite rules on fixture files: every input has its expected output
+(or its diagnostic, leaving the file byte-identical), and a no-op twin that must not change;
+every case is run twice (idempotence); outputs compile and keep every comment."""
+
+import io
+import pathlib
+import tokenize
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from migrate.engine import migrate_source
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "migrate_cases"
+EXPECTED = CASES / "expected"
+INPUTS = sorted(CASES.glob("*.py")) + sorted((ROOT / "examples").glob("amp_*.py"))
+IDS = [p.name for p in INPUTS]
+
+
+def _expected_codes(path):
+    diag = CASES / (path.stem + ".diag")
+    return diag.read_text().split() if diag.exists() else None
+
+
+def _comments(text):
+    return [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+            if tok.type == tokenize.COMMENT]
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=IDS)
+def test_fixture_migrates_to_its_expected_output(path):
+    source = path.read_text()
+    result = migrate_source(source, str(path))
+    codes = _expected_codes(path)
+    if codes is not None:
+        assert [d.code for d in result.diagnostics] == codes
+        assert result.migrated == source  # left byte-identical
+        assert result.status == "partial"
+    elif path.stem.endswith("_noop"):
+        assert result.migrated == source and result.diagnostics == []
+    else:
+        assert result.status == "migrated", [d.format() for d in result.diagnostics]
+        assert result.migrated == (EXPECTED / path.name).read_text()
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["async", "exact"])
+@pytest.mark.parametrize("path", INPUTS, ids=IDS)
+def test_migration_is_idempotent_compiles_and_keeps_comments(path, exact):
+    source = path.read_text()
+    once = migrate_source(source, str(path), exact=exact)
+    twice = migrate_source(once.migrated, str(path), exact=exact)
+    assert twice.migrated == once.migrated
+    if once.changed:
+        assert twice.diagnostics == []
+    compile(once.migrated, str(path), "exec")
+    assert sorted(_comments(source)) == sorted(
+        c for c in _comments(once.migrated) if "roundpipe-migrate" not in c
+    )
+
+
+def test_exact_mode_only_adds_the_synchronous_flags():
+    source = (ROOT / "examples" / "amp_basic.py").read_text()
+    default = migrate_source(source).migrated
+    exact = migrate_source(source, exact=True).migrated
+    assert exact == default.replace("model.step(_step_fn)", "model.step(_step_fn, is_async=False)").replace(
+        "scaler.update()", "scaler.update(is_async=False)")
+
+
+def test_legacy_positional_init_scale_is_kept_as_init_scale():
+    result = migrate_source((CASES / "legacy_positional.py").read_text())
+    assert 'roundpipe.GradScaler("cuda", 2.0 ** 10, 3.0, enabled=' in result.migrated
+    assert "amp.autocast(torch.cuda.is_available())" in result.migrated  # `enabled`, untouched
+
+
+def _mutations():
+    lines = st.sampled_from(INPUTS).map(lambda p: p.read_text().splitlines(True))
+    return lines.flatmap(lambda ls: st.tuples(
+        st.just(ls),
+        st.lists(st.tuples(st.sampled_from(["drop", "dup", "swap", "dedent"]),
+                           st.integers(0, max(0, len(ls) - 1))), min_size=1, max_size=4),
+    ))
+
+
+def _mutate(lines, ops):
+    lines = list(lines)
+    for op, i in ops:
+        if not lines:
+            break
+        i %= len(lines)
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap" and i + 1 < len(lines):
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+        elif op == "dedent":
+            lines[i] = lines[i][4:] if lines[i].startswith("    ") else lines[i]
+    return "".join(lines)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutations())
+def test_mutated_inputs_never_crash_and_never_emit_invalid_code(case):
+    lines, ops = case
+    source = _mutate(lines, ops)
+    result = migrate_source(source, "mutant.py")
+    if result.changed:
+        compile(result.migrated, "mutant.py", "exec")
+        again = migrate_source(result.migrated, "mutant.py")
+        assert again.migrated == result.migrated
+    else:
+        assert result.migrated == source
