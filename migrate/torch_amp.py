@@ -649,10 +649,11 @@ class StepBuilder:
         the loop body before the forward; without a loop, the function's parameters. A
         loss input among them is a label (split with the microbatches); anything else the
         loss reads is captured by the loss function as it is."""
-        loop = self.facts.enclosing(self.backward, (cst.For, cst.FunctionDef))
+        loop = self.facts.enclosing(self.backward, (cst.For, cst.While, cst.FunctionDef))
         names: Set[str] = set()
-        if isinstance(loop, cst.For):
-            names |= set(_names_in(loop.target))
+        if isinstance(loop, (cst.For, cst.While)):
+            if isinstance(loop, cst.For):
+                names |= set(_names_in(loop.target))
             earlier = self.body[: region.outer_index]
             if region.with_statement is not None:
                 earlier = earlier + region.statements[: region.start]

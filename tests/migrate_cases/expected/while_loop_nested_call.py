@@ -1,0 +1,27 @@
+import torch
+import torch.nn.functional as F
+import roundpipe
+NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
+
+
+def train(model, loader, max_steps):
+    model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
+    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.01)
+    scaler = roundpipe.GradScaler("cpu", growth_interval=100)
+    step = 0
+    it = iter(loader)
+    while step < max_steps:
+        batch = next(it)
+        x, y = batch["x"], batch["y"]
+        def _loss_fn(_outputs, y):
+            loss = F.mse_loss(_outputs, y)  # forward inside the loss call
+            return scaler.scale(loss) / NUM_MICROBATCH
+        loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+        def _step_fn():
+            scaler.step(optimizer)
+            optimizer.zero_grad()
+        model.step(_step_fn)
+        scaler.update()
+        if step % 10 == 0:
+            print(step, loss.item(), scaler.get_scale())
+        step += 1
