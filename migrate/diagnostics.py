@@ -23,9 +23,9 @@ CODES: Dict[str, str] = {
     "RPM108": "model or optimizer not defined in this file",
     # apex scripts (roundpipe.compat)
     "RPM201": "apex construct with no RoundPipe equivalent",
-    "RPM202": "several apex losses share one scaler",
     # informational
     "RPM301": "note on the migrated code",
+    "RPM302": "several apex losses now share one scaler",
     # files that could not be processed
     "RPM901": "syntax error",
     "RPM902": "file could not be read or written",

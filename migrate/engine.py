@@ -16,7 +16,8 @@ from .diagnostics import Diagnostic, FileResult, Rewrite
 from .edits import EditApplier, Edits
 from .names import ModuleFacts
 from .prefilter import might_use_amp
-from .torch_amp import NUM_MICROBATCH, Blocked, plan_torch_amp
+from .apex_amp import plan_apex
+from .torch_amp import NUM_MICROBATCH, Blocked, ModelUses, plan_torch_amp
 
 __all__ = ["migrate_source"]
 
@@ -39,7 +40,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
     if not might_use_amp(source):
         return result
     try:
-        wrapper = cst.MetadataWrapper(cst.parse_module(source))
+        wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     except cst.ParserSyntaxError as err:
         result.diagnostics.append(
             Diagnostic(path, err.raw_line, err.raw_column + 1, "RPM901",
@@ -48,7 +49,9 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
         return result
     facts = ModuleFacts(wrapper)
     try:
-        plan = plan_torch_amp(facts, exact)
+        plan, rules = plan_torch_amp(facts, exact)
+        notes = plan_apex(facts, exact, plan) if "apex" in source else []
+        ModelUses(rules).plan()
     except Blocked as blocked:
         position = facts.position(blocked.node)
         result.diagnostics.append(
@@ -68,6 +71,10 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
         )
         return result
     result.migrated = migrated
+    result.diagnostics.extend(
+        Diagnostic(path, facts.line(node), facts.position(node).column + 1, "RPM302", text)
+        for node, text in notes
+    )
     result.rewrites = [Rewrite(facts.position(node).line, text) for node, text in plan.rewrites]
     result.rewrites.sort(key=lambda r: r.line)
     return result

@@ -17,7 +17,6 @@ from typing import Dict, Iterable, List, Optional, Set
 import libcst as cst
 from libcst.metadata import (
     FunctionScope,
-    ParentNodeProvider,
     PositionProvider,
     QualifiedNameProvider,
     Scope,
@@ -65,8 +64,49 @@ class ModuleFacts:
         self.module = wrapper.module
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._scopes = wrapper.resolve(ScopeProvider)
-        self._positions = wrapper.resolve(PositionProvider)
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._wrapper = wrapper
+        self._positions = None  # resolved on first use: only reports need line numbers
+        self._survey()
+
+    def _survey(self) -> None:
+        """One walk collecting what several rules look for: every name, every
+        ``x.backward(...)`` call, every import line."""
+        names: Set[str] = set()
+        backward_calls: List[cst.Call] = []
+        import_lines: List[cst.SimpleStatementLine] = []
+        parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+        order: Dict[cst.CSTNode, int] = {}
+        stack: List[cst.CSTNode] = []
+
+        class Survey(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                if stack:
+                    parents[node] = stack[-1]
+                order[node] = len(order)
+                stack.append(node)
+                return super().on_visit(node)
+
+            def on_leave(self, original_node: cst.CSTNode) -> None:
+                stack.pop()
+                super().on_leave(original_node)
+
+            def visit_Name(self, node: cst.Name) -> None:
+                names.add(node.value)
+
+            def visit_Call(self, node: cst.Call) -> None:
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+                    backward_calls.append(node)
+
+            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+                if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
+                    import_lines.append(node)
+
+        self.module.visit(Survey())
+        self._parents = parents
+        self._order = order
+        self.all_names = names
+        self.backward_calls = backward_calls
+        self.import_lines = import_lines
 
     # ------------------------------------------------------------------ basic lookups
     def qualified(self, node: cst.CSTNode) -> Set[str]:
@@ -76,12 +116,17 @@ class ModuleFacts:
         return {q.name for q in found}
 
     def position(self, node: cst.CSTNode):
+        if self._positions is None:
+            self._positions = self._wrapper.resolve(PositionProvider)
         return self._positions[node].start
 
     def line(self, node: cst.CSTNode) -> int:
-        """1-based start line of ``node`` (0 for nodes outside the parsed tree)."""
-        span = self._positions.get(node)
-        return span.start.line if span is not None else 0
+        """1-based start line of ``node``."""
+        return self.position(node).line
+
+    def order(self, node: cst.CSTNode) -> int:
+        """Rank of ``node`` in source order (pre-order walk); -1 outside the parsed tree."""
+        return self._order.get(node, -1)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self._parents.get(node)
@@ -157,7 +202,7 @@ class ModuleFacts:
             for access in assignment.references
             if isinstance(access.node, cst.Name)
         }
-        return sorted(found, key=self.line)
+        return sorted(found, key=self.order)
 
     def function_of(self, scope: Scope) -> Optional[cst.FunctionDef]:
         return scope.node if isinstance(scope, FunctionScope) else None  # type: ignore[return-value]

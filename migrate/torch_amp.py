@@ -32,7 +32,7 @@ import libcst.matchers as m
 from .edits import Edits, carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, OPTIMIZER_PREFIXES, PARALLEL_WRAPPERS, ModuleFacts, argument_for
 
-__all__ = ["Blocked", "plan_torch_amp", "NUM_MICROBATCH"]
+__all__ = ["Blocked", "ModelUses", "Plan", "TorchAmpRules", "plan_torch_amp", "NUM_MICROBATCH"]
 
 NUM_MICROBATCH = "NUM_MICROBATCH"
 _EMPTY = cst.Module([])
@@ -69,7 +69,7 @@ class Plan:
     edits: Edits = field(default_factory=Edits)
     rewrites: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     wrapped_optimizers: Set[int] = field(default_factory=set)
-    wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after line
+    wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after (source order)
     helper_names: Set[str] = field(default_factory=set)
 
 
@@ -147,7 +147,6 @@ class TorchAmpRules:
             if self.facts.statement_of(access) not in self.step_statements:
                 raise Blocked(access, "RPM104", "scaler.unscale_/step/update outside a training "
                               "step the migration recognised; migrate this loop by hand")
-        ModelUses(self).plan()
         return self.plan
 
     def _reject_untracked_backwards(self) -> None:
@@ -156,7 +155,9 @@ class TorchAmpRules:
         Objects built by a known non-torch call are someone else's and are ignored."""
         pattern = m.Call(func=m.Attribute(
             value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")))
-        for call in m.findall(self.facts.module, pattern):
+        for call in self.facts.backward_calls:
+            if not m.matches(call, pattern):
+                continue
             statement = self.facts.statement_of(call)
             if statement in self.backward_statements:
                 continue
@@ -317,6 +318,7 @@ class StepBuilder:
         self.rules = rules
         self.facts = rules.facts
         self.scaler = scaler
+        self.anchor = scaler  # the name whose next use after the backward starts the step
         self.backward = backward
         self.loss = loss
         rules.backward_statements.add(backward)
@@ -331,10 +333,10 @@ class StepBuilder:
         group_block, group_start, group_end, group, condition = self._find_step_group()
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
-        region = self._forward_region(model)
-        top_zero = self._top_zero_grad(region, optimizer, model, condition)
+        region = self._forward_region(model, optimizer)
+        zero_grads = self._zero_grads_to_move(region, optimizer, model, condition)
         self._plan_forward(region, model)
-        self._plan_step_group(group_block, group_start, group_end, group, optimizer, model, top_zero)
+        self._plan_step_group(group_block, group_start, group_end, group, optimizer, model, zero_grads)
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
@@ -373,7 +375,7 @@ class StepBuilder:
             found = self._step_run(self.block, self.body, position)
             if found is not None:
                 return (*found, None)
-            if isinstance(statement, cst.If) and self._mentions(statement, self.scaler):
+            if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
                 if statement.orelse is not None:
                     raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
                 inner = list(statement.body.body)
@@ -381,7 +383,7 @@ class StepBuilder:
                     found = self._step_run(statement.body, inner, inner_position)
                     if found is not None:
                         return (*found, statement)
-            if self._mentions(statement, self.scaler):
+            if self._mentions(statement, self.anchor):
                 break
         raise Blocked(self.backward, "RPM106", "no `scaler.step(optimizer)` + `scaler.update()` "
                       "found after the backward in the same block")
@@ -422,7 +424,7 @@ class StepBuilder:
         assignments = list(scope[name]) if scope is not None else []
         if not assignments:
             raise Blocked(at, "RPM108", f"{name!r} is not defined in this file")
-        assignment = max(assignments, key=lambda a: self.facts.line(a.node))
+        assignment = max(assignments, key=lambda a: self.facts.order(a.node))
         node = assignment.node
         if isinstance(node, cst.Param):
             return Binding(assignment.scope, name, None, None)
@@ -540,22 +542,31 @@ class StepBuilder:
         plan.edits.insert_before(block, index, [wrap])
         plan.rewrites.append((built.statement, f"wrapped {model} with roundpipe.RoundPipe; "
                               "optimizer built on model.optim_parameters()"))
-        line = self.facts.position(built.statement).line
-        plan.wrapped_models.append((built.scope, model, line))
+        plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
 
     # ---------------------------------------------------------- forward region
-    def _forward_region(self, model: str) -> "ForwardRegion":
-        if self.index == 0:
+    def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+        call = _only_expression(statement)
+        return call is not None and (
+            _method_call(call, optimizer, "zero_grad") or _method_call(call, model, "zero_grad")
+        )
+
+    def _forward_region(self, model: str, optimizer: str) -> "ForwardRegion":
+        end = self.index
+        while end > 0 and self._zero_grad_call(self.body[end - 1], optimizer, model):
+            end -= 1  # zero_grad() between loss and backward: moved into the step function
+        self.zero_before_backward = list(range(end, self.index))
+        if end == 0:
             raise Blocked(self.backward, "RPM106", "no forward pass before the backward")
-        previous = self.body[self.index - 1]
+        previous = self.body[end - 1]
         if isinstance(previous, cst.With):
             if not all(self.facts.is_autocast(item) for item in previous.items):
                 raise Blocked(previous, "RPM106", "forward inside a `with` block that is not autocast")
             inner = list(previous.body.body)
             start = self._model_statement(inner, model, previous)
-            return ForwardRegion(previous.body, inner, start, len(inner), previous, self.index - 1)
-        start = self._model_statement(self.body[: self.index], model, self.backward)
-        return ForwardRegion(self.block, self.body, start, self.index, None, start)
+            return ForwardRegion(previous.body, inner, start, len(inner), previous, end - 1)
+        start = self._model_statement(self.body[:end], model, self.backward)
+        return ForwardRegion(self.block, self.body, start, end, None, start)
 
     def _model_statement(self, statements: List[cst.BaseStatement], model: str, at: cst.CSTNode) -> int:
         position = len(statements) - 1
@@ -578,19 +589,16 @@ class StepBuilder:
         statement.visit(Find())
         return calls
 
-    def _top_zero_grad(self, region: "ForwardRegion", optimizer: str, model: str,
-                       condition: Optional[cst.If]) -> Optional[int]:
-        """Index in this block of an `optimizer/model.zero_grad()` before the forward."""
-        for position in range(region.outer_index):
-            call = _only_expression(self.body[position])
-            if call is not None and (
-                _method_call(call, optimizer, "zero_grad") or _method_call(call, model, "zero_grad")
-            ):
-                if condition is not None:
-                    raise Blocked(self.body[position], "RPM106", "zero_grad() every iteration "
-                                  "but a conditional optimizer step; not certain, left untouched")
-                return position
-        return None
+    def _zero_grads_to_move(self, region: "ForwardRegion", optimizer: str, model: str,
+                            condition: Optional[cst.If]) -> List[int]:
+        """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
+        top of the iteration, or between loss and backward): they move to the step's end."""
+        found = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
+        found += self.zero_before_backward
+        if found and condition is not None:
+            raise Blocked(self.body[found[0]], "RPM106", "zero_grad() every iteration but a "
+                          "conditional optimizer step; not certain, left untouched")
+        return found
 
     # ------------------------------------------------------------- emit: forward
     def _plan_forward(self, region: "ForwardRegion", model: str) -> None:
@@ -747,7 +755,7 @@ class StepBuilder:
         plan.rewrites.append((statements[0], "forward + loss -> model.forward_backward(loss_fn=...)"))
 
     def _fresh(self, base: str) -> str:
-        used = set(_names_in(self.facts.module)) | self.rules.plan.helper_names
+        used = self.facts.all_names | self.rules.plan.helper_names
         name = base
         counter = 2
         while name in used:
@@ -758,29 +766,20 @@ class StepBuilder:
 
     # ------------------------------------------------------------- emit: step
     def _plan_step_group(self, group_block, group_start, group_end, group, optimizer, model,
-                         top_zero: Optional[int]) -> None:
+                         zero_grads: List[int]) -> None:
         plan = self.rules.plan
         step_fn = self._fresh("_step_fn")
         kinds = [self._classify(s) for s in group]
-        update_index = kinds.index("update")
-        for statement, kind in zip(group, kinds):
-            if kind == "clip":
-                self._clip_on_copies(statement, model)
-            if kind == "zero_grad":
-                call = _only_expression(statement)
-                if call.func.value.value == model:
-                    plan.edits.replace_expression(call.func.value, lambda _: cst.Name(optimizer))
+        self._group_edits(group, kinds, optimizer, model)
         moved_zero = None
-        if top_zero is not None:
-            zero_call = _only_expression(self.body[top_zero])
+        if zero_grads:
+            zero_call = _only_expression(self.body[zero_grads[0]])
             arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
             moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
         step_suffix = ", is_async=False" if self.rules.exact else ""
-        scaler = self.scaler
 
         def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-            update = updated[update_index]
-            inside = [s for i, s in enumerate(updated) if i != update_index]
+            inside, update = self._step_body(updated, kinds, optimizer)
             if moved_zero is not None:
                 inside.append(moved_zero)
             definition = cst.parse_statement(f"def {step_fn}():\n    pass\n")
@@ -789,17 +788,42 @@ class StepBuilder:
                 body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
             )
             step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
-            if self.rules.exact and not _only_expression(update).args:
-                update = cst.parse_statement(f"{scaler}.update(is_async=False)\n").with_changes(
-                    leading_lines=update.leading_lines, trailing_whitespace=update.trailing_whitespace)
             return [definition, step, update]
 
         plan.edits.replace_range(group_block, group_start, group_end, build)
-        if top_zero is not None:
-            plan.edits.replace_range(self.block, top_zero, top_zero + 1, drop_keeping_comments)
+        for index in zero_grads:
+            plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         self.rules.step_statements.update(group)
         plan.rewrites.append((group[0], "optimizer step -> model.step(step_fn); scaler.update() kept"))
+
+    def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
+        """Expression edits inside the step statements: clipping on the optimizer copies,
+        ``model.zero_grad`` through the optimizer (whose parameters are the copies)."""
+        for statement, kind in zip(group, kinds):
+            if kind == "clip":
+                self._clip_on_copies(statement, model)
+            if kind == "zero_grad":
+                call = _only_expression(statement)
+                if call.func.value.value == model:
+                    self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.Name(optimizer))
+
+    def _update_statement(self, original: Optional[cst.BaseStatement]) -> cst.BaseStatement:
+        """``scaler.update()`` for the main thread (``is_async=False`` with --exact)."""
+        if original is not None and (not self.rules.exact or _only_expression(original).args):
+            return original
+        text = f"{self.scaler}.update(is_async=False)\n" if self.rules.exact else f"{self.scaler}.update()\n"
+        update = cst.parse_statement(text)
+        if original is not None:
+            update = update.with_changes(leading_lines=original.leading_lines,
+                                         trailing_whitespace=original.trailing_whitespace)
+        return update
+
+    def _step_body(self, updated, kinds, optimizer: str):
+        """(statements for the step function, the update statement) from the step group."""
+        update_index = kinds.index("update")
+        inside = [s for i, s in enumerate(updated) if i != update_index]
+        return inside, self._update_statement(updated[update_index])
 
     def _clip_on_copies(self, statement: cst.BaseStatement, model: str) -> None:
         call = _only_expression(statement)
@@ -832,9 +856,10 @@ class ForwardRegion:
     outer_index: int  # index in the backward's block of the first statement of the region
 
 
-def plan_torch_amp(facts: ModuleFacts, exact: bool) -> Plan:
+def plan_torch_amp(facts: ModuleFacts, exact: bool) -> Tuple[Plan, TorchAmpRules]:
     """Plan the rewrite of every torch GradScaler training step in the module."""
-    return TorchAmpRules(facts, exact).run()
+    rules = TorchAmpRules(facts, exact)
+    return rules.run(), rules
 
 
 class ModelUses:
@@ -844,7 +869,7 @@ class ModelUses:
     def __init__(self, rules: TorchAmpRules) -> None:
         self.rules = rules
         self.facts = rules.facts
-        self._synced: Set[Tuple[int, int]] = set()
+        self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
 
     def plan(self) -> None:
         seen: Set[Tuple[int, str]] = set()
@@ -855,7 +880,7 @@ class ModelUses:
                 continue
             seen.add((id(scope), name))
             for access in self.facts.accesses(name, scope):
-                if self.facts.line(access) <= after:
+                if self.facts.order(access) <= after:
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:

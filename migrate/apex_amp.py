@@ -1,0 +1,287 @@
+"""Rewrite rules for NVIDIA apex amp scripts (``amp.initialize`` + ``amp.scale_loss``).
+
+The migrated script calls :mod:`roundpipe.compat`, which maps apex's settings (opt levels,
+loss_scale strings, min/max scale...) at run time, so values known only then (argparse)
+keep working:
+
+* ``model, opt = amp.initialize(model, opt, ...)`` -> ``roundpipe.compat.initialize(...)``
+  (same arguments, same return shapes; the models come back as RoundPipe models and the
+  optimizers hold RoundPipe's optimizer copies);
+* ``with amp.scale_loss(loss, opt) as s: s.backward()`` + ``opt.step()`` -> the RoundPipe
+  form with the shared scaler ``roundpipe.compat.loss_scaler()``;
+* ``amp.master_params``, ``amp.state_dict``, ``amp.load_state_dict`` -> their
+  ``roundpipe.compat`` twins; apex imports are removed once nothing uses them.
+
+Everything else apex offers (``delay_unscale``, casting registrations, ``_amp_state``,
+apex DDP, the old ``amp.init``/``FP16_Optimizer`` APIs) is reported (RPM201) and the file
+is left untouched.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .edits import drop_keeping_comments
+from .names import ModuleFacts
+from .torch_amp import Blocked, Plan, StepBuilder, TorchAmpRules, _only_expression, code
+
+__all__ = ["plan_apex"]
+
+_APEX = "apex"
+_COMPAT = {
+    "apex.amp.initialize": "roundpipe.compat.initialize",
+    "apex.amp.master_params": "roundpipe.compat.master_params",
+    "apex.amp.state_dict": "roundpipe.compat.state_dict",
+    "apex.amp.load_state_dict": "roundpipe.compat.load_state_dict",
+}
+_SCALER = "amp_scaler"
+
+
+class ApexStepBuilder(StepBuilder):
+    """A training step around ``with amp.scale_loss(loss, optimizer) as s: s.backward()``."""
+
+    def __init__(self, rules: "ApexRules", statement: cst.With, loss: cst.BaseExpression,
+                 optimizer: str) -> None:
+        super().__init__(rules, _SCALER, statement, loss)  # type: ignore[arg-type]
+        self.optimizer = optimizer
+        self.anchor = optimizer
+
+    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+        value = _only_expression(statement)
+        if isinstance(value, cst.Call) and m.matches(
+            value, m.Call(func=m.Attribute(value=m.Name(self.optimizer), attr=m.Name("step")), args=[])
+        ):
+            return "step"
+        kind = super()._classify(statement)
+        return kind if kind in ("clip", "zero_grad", "scheduler") else None
+
+    def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
+        kinds = [self._classify(s) for s in group]
+        if kinds.count("step") != 1:
+            raise Blocked(group[0], "RPM107", "the step must call optimizer.step() once")
+        return self.optimizer
+
+    def _model_for(self, optimizer: str) -> str:
+        scope = self.facts.scope(self.backward)
+        candidates = self.rules.models_in(scope)
+        called = {
+            name for name in candidates
+            for statement in self.body[: self.index]
+            if self._model_calls(statement, name)
+        }
+        if len(called) != 1:
+            raise Blocked(self.backward, "RPM108", "the model passed through amp.initialize "
+                          "is not called exactly once before this backward")
+        return called.pop()
+
+    def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
+        super()._group_edits(group, kinds, optimizer, model)
+        for statement, kind in zip(group, kinds):
+            if kind == "step":
+                call = _only_expression(statement)
+                self.rules.plan.edits.replace_expression(
+                    call, lambda _: cst.parse_expression(f"{_SCALER}.step({optimizer})"))
+
+    def _step_body(self, updated, kinds, optimizer: str):
+        inside = list(updated)
+        if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
+            first = kinds.index("clip")
+            unscale = cst.parse_statement(f"{_SCALER}.unscale_({optimizer})\n")
+            inside.insert(first, unscale.with_changes(leading_lines=inside[first].leading_lines))
+            inside[first + 1] = inside[first + 1].with_changes(leading_lines=())
+        return inside, self._update_statement(None)
+
+
+class ApexRules(TorchAmpRules):
+    """Finds every use of ``apex`` in a module and plans its RoundPipe replacement."""
+
+    def __init__(self, facts: ModuleFacts, exact: bool, plan: Plan) -> None:
+        super().__init__(facts, exact)
+        self.plan = plan
+        self._models: Set[Tuple[int, str]] = set()
+        self.notes: List[Tuple[cst.CSTNode, str]] = []
+        self._scaler_scopes: Set[int] = set()
+
+    def run(self) -> Plan:  # type: ignore[override]
+        uses = self._apex_uses()
+        if not uses:
+            return self.plan
+        initializes = [(n, q) for n, q in uses if q == "apex.amp.initialize"]
+        for node, _ in initializes:
+            self._plan_initialize(node)
+        for node, qualified in uses:
+            if qualified == "apex.amp.initialize":
+                continue
+            if qualified == "apex.amp.scale_loss":
+                self._plan_scale_loss(node)
+            elif qualified in _COMPAT:
+                self._rename(node, _COMPAT[qualified])
+            elif not self._is_import(node):
+                raise Blocked(node, "RPM201", f"`{code(node)}` ({qualified}) has no RoundPipe "
+                              "equivalent; this file is left for migration by hand")
+        self._remove_imports()
+        return self.plan
+
+    # ------------------------------------------------------------------ discovery
+    def _apex_uses(self) -> List[Tuple[cst.CSTNode, str]]:
+        uses: List[Tuple[cst.CSTNode, str]] = []
+        facts = self.facts
+
+        class Find(cst.CSTVisitor):
+            def visit_Attribute(self, node: cst.Attribute) -> bool:
+                return self._record(node)
+
+            def visit_Name(self, node: cst.Name) -> None:
+                self._record(node)
+
+            def _record(self, node) -> bool:
+                names = [q for q in facts.qualified(node) if q == _APEX or q.startswith(_APEX + ".")]
+                if names:
+                    uses.append((node, max(names, key=len)))
+                    return False
+                return True
+
+        facts.module.visit(Find())
+        return uses
+
+    def _is_import(self, node: cst.CSTNode) -> bool:
+        return self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is not None
+
+    def models_in(self, scope) -> Set[str]:
+        return {name for scope_id, name in self._models if scope_id == id(scope)}
+
+    def _rename(self, node: cst.CSTNode, target: str) -> None:
+        self.plan.edits.replace_expression(node, lambda _: cst.parse_expression(target))
+
+    # ------------------------------------------------------------------ initialize
+    def _plan_initialize(self, node: cst.CSTNode) -> None:
+        call = self.facts.parent(node)
+        statement = self.facts.statement_of(node)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not (isinstance(call, cst.Call) and call.func is node and isinstance(small, cst.Assign)
+                and small.value is call and len(small.targets) == 1):
+            raise Blocked(node, "RPM201", "amp.initialize(...) is not assigned back to the "
+                          "model/optimizer variables; migrate by hand")
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "num_losses":
+                self.notes.append((arg, "num_losses: all losses share one roundpipe scaler (apex "
+                                   "kept one per loss); the scale after an overflow in one loss "
+                                   "now also applies to the others"))
+        self._rename(node, _COMPAT["apex.amp.initialize"])
+        target = small.targets[0].target
+        first = target.elements[0].value if isinstance(target, (cst.Tuple, cst.List)) else target
+        names = _names(first)
+        if not names:
+            raise Blocked(node, "RPM201", "amp.initialize(...) models are not bound to names")
+        scope = self.facts.scope(small)
+        for name in names:
+            self._models.add((id(scope), name))
+            self.plan.wrapped_models.append((scope, name, self.facts.order(statement)))
+            self._models_into_functions(scope, name)
+        self.plan.rewrites.append((statement, "amp.initialize -> roundpipe.compat.initialize"))
+
+    def _models_into_functions(self, scope, name: str) -> None:
+        for access in self.facts.accesses(name, scope):
+            arg = self.facts.parent(access)
+            if isinstance(arg, cst.Arg):
+                call = self.facts.parent(arg)
+                function = self._local_function(call)
+                if function is not None:
+                    param = self._parameter_for(call, function, arg)
+                    inner = self.facts.scope(function.body.body[0])
+                    self._models.add((id(inner), param))
+
+    # ------------------------------------------------------------------ scale_loss
+    def _plan_scale_loss(self, node: cst.CSTNode) -> None:
+        call = self.facts.parent(node)
+        item = self.facts.parent(call)
+        statement = self.facts.parent(item)
+        if not (isinstance(call, cst.Call) and isinstance(item, cst.WithItem)
+                and isinstance(statement, cst.With) and len(statement.items) == 1
+                and isinstance(item.asname, cst.AsName) and isinstance(item.asname.name, cst.Name)):
+            raise Blocked(node, "RPM201", "amp.scale_loss is not used as "
+                          "`with amp.scale_loss(loss, optimizer) as scaled: ...`")
+        scaled = item.asname.name.value
+        body = list(statement.body.body)
+        backward = _only_expression(body[0]) if len(body) == 1 else None
+        if not m.matches(backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])):
+            raise Blocked(statement, "RPM106", "the amp.scale_loss block must hold only "
+                          f"`{scaled}.backward()`")
+        positional = [a for a in call.args if a.keyword is None]
+        for arg in call.args:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in ("delay_unscale", "delay_overflow_check", "model"):
+                raise Blocked(arg, "RPM201", f"amp.scale_loss({keyword}=...) has no RoundPipe "
+                              "equivalent; left for migration by hand")
+            if keyword == "loss_id":
+                self.notes.append((arg, "loss_id: ignored, every loss uses the shared roundpipe scaler"))
+        if len(positional) != 2 or not isinstance(positional[1].value, cst.Name):
+            raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
+        step = ApexStepBuilder(self, statement, positional[0].value, positional[1].value.value)
+        step.plan()
+        self._plan_scaler_binding(statement)
+
+    def _plan_scaler_binding(self, backward: cst.With) -> None:
+        """``amp_scaler = roundpipe.compat.loss_scaler()`` once per scope, before the loop."""
+        scope = self.facts.scope(backward)
+        if id(scope) in self._scaler_scopes:
+            return
+        self._scaler_scopes.add(id(scope))
+        anchor: cst.CSTNode = backward
+        loop = self.facts.enclosing(backward, (cst.For, cst.While, cst.FunctionDef))
+        if isinstance(loop, (cst.For, cst.While)) and self.facts.scope(loop) is scope:
+            anchor = loop
+        block = self.facts.parent(anchor)
+        index = list(block.body).index(anchor)
+        line = cst.parse_statement(f"{_SCALER} = roundpipe.compat.loss_scaler()\n")
+        self.plan.edits.insert_before(block, index, [line])
+
+    # ------------------------------------------------------------------ imports
+    def _remove_imports(self) -> None:
+        for statement in self.facts.import_lines:
+            if not all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body):
+                continue
+            if not any(self._imports_apex(s) for s in statement.body):
+                continue
+            if not all(self._imports_apex(s) for s in statement.body):
+                raise Blocked(statement, "RPM201", "apex imported together with other modules "
+                              "on one line; split the import first")
+            self._drop(statement)
+
+    @staticmethod
+    def _imports_apex(small: cst.BaseSmallStatement) -> bool:
+        if isinstance(small, cst.ImportFrom):
+            module = code(small.module) if small.module is not None else ""
+            return module == _APEX or module.startswith(_APEX + ".")
+        if isinstance(small, cst.Import):
+            return all(code(alias.name).split(".")[0] == _APEX for alias in small.names)
+        return False
+
+    def _drop(self, statement: cst.SimpleStatementLine) -> None:
+        block = self.facts.parent(statement)
+        body = list(block.body)
+        index = body.index(statement)
+        if isinstance(block, cst.IndentedBlock) and len(body) == 1:
+            keep = cst.parse_statement("pass\n")
+            self.plan.edits.replace_range(block, index, index + 1,
+                                          lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines)])
+        else:
+            self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
+
+
+def _names(node: cst.BaseExpression) -> List[str]:
+    if isinstance(node, cst.Name):
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return [n for element in node.elements for n in _names(element.value)]
+    return []
+
+
+def plan_apex(facts: ModuleFacts, exact: bool, plan: Plan) -> List[Tuple[cst.CSTNode, str]]:
+    """Add the apex rewrites to ``plan``; return informational notes (node, text)."""
+    rules = ApexRules(facts, exact, plan)
+    rules.run()
+    return rules.notes
