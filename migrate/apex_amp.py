@@ -38,6 +38,8 @@ _COMPAT = {
     "apex.amp.load_state_dict": "roundpipe.compat.load_state_dict",
 }
 _SCALER = "amp_scaler"
+_OLD_INIT = "apex.amp.init"
+_FP16_OPTIMIZER = ("apex.fp16_utils.FP16_Optimizer", "apex.fp16_utils.fp16_optimizer.FP16_Optimizer")
 
 
 class ApexStepBuilder(StepBuilder):
@@ -104,16 +106,21 @@ class ApexRules(TorchAmpRules):
         self._models: Set[Tuple[int, str]] = set()
         self.notes: List[Tuple[cst.CSTNode, str]] = []
         self._scaler_scopes: Set[int] = set()
+        self._old_scale_loss: List[cst.Attribute] = []
 
     def run(self) -> Plan:  # type: ignore[override]
         uses = self._apex_uses()
         if not uses:
             return self.plan
-        initializes = [(n, q) for n, q in uses if q == "apex.amp.initialize"]
-        for node, _ in initializes:
-            self._plan_initialize(node)
         for node, qualified in uses:
             if qualified == "apex.amp.initialize":
+                self._plan_initialize(node)
+            elif qualified == _OLD_INIT:
+                self._plan_old_init(node)
+            elif qualified in _FP16_OPTIMIZER:
+                self._plan_fp16_optimizer(node)
+        for node, qualified in uses:
+            if qualified in ("apex.amp.initialize", _OLD_INIT) + _FP16_OPTIMIZER:
                 continue
             if qualified == "apex.amp.scale_loss":
                 self._plan_scale_loss(node)
@@ -122,6 +129,8 @@ class ApexRules(TorchAmpRules):
             elif not self._is_import(node):
                 raise Blocked(node, "RPM201", f"`{code(node)}` ({qualified}) has no RoundPipe "
                               "equivalent; this file is left for migration by hand")
+        for attribute in self._old_scale_loss:
+            self._plan_scale_loss(attribute)
         self._remove_imports()
         return self.plan
 
@@ -194,6 +203,106 @@ class ApexRules(TorchAmpRules):
                     inner = self.facts.scope(function.body.body[0])
                     self._models.add((id(inner), param))
 
+    # ------------------------------------------------------------ the old APIs
+    def _assignment_of(self, node: cst.CSTNode, what: str) -> Tuple[cst.SimpleStatementLine, cst.Call, str]:
+        call = self.facts.parent(node)
+        statement = self.facts.statement_of(node)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        if not (isinstance(call, cst.Call) and call.func is node and isinstance(small, cst.Assign)
+                and small.value is call and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)):
+            raise Blocked(node, "RPM201", f"{what} is not assigned to a plain variable; migrate by hand")
+        return statement, call, small.targets[0].target.value
+
+    def _initialize_after_optimizer(self, optimizer: str, at: cst.CSTNode, arguments: str) -> None:
+        """Old APIs had no initialize(model, optimizer): add one after the optimizer is built."""
+        built = self._constructed(optimizer, at)
+        owners = {c.func.value.value for c in m.findall(built.value, m.Call(
+            func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[]))} if built.value else set()
+        if len(owners) != 1:
+            raise Blocked(at, "RPM108", "the optimizer is not built on `model.parameters()` of one model")
+        model = owners.pop()
+        block = self.facts.parent(built.statement)
+        index = list(block.body).index(built.statement)
+        line = cst.parse_statement(f"{model}, {optimizer} = roundpipe.compat.initialize({model}, {optimizer}{arguments})\n")
+        self.plan.edits.insert_before(block, index + 1, [line])
+        self._models.add((id(built.scope), model))
+        self.plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
+        self._models_into_functions(built.scope, model)
+
+    def _plan_old_init(self, node: cst.CSTNode) -> None:
+        """``handle = amp.init(...)`` (O1 for the whole script) + ``handle.scale_loss``."""
+        statement, call, handle = self._assignment_of(node, "amp.init()")
+        enabled = [a for a in call.args if a.keyword is not None and a.keyword.value == "enabled"]
+        if len(call.args) != len(enabled):
+            raise Blocked(call, "RPM201", "amp.init() arguments other than enabled= are not migrated")
+        arguments = ', opt_level="O1"' + "".join(f", enabled={code(a.value)}" for a in enabled)
+        scope = self.facts.scope(statement)
+        withs = []
+        for access in self.facts.accesses(handle, scope):
+            attribute = self.facts.parent(access)
+            if not (isinstance(attribute, cst.Attribute) and attribute.attr.value == "scale_loss"):
+                raise Blocked(access, "RPM201", f"{handle} (the old amp handle) is used for more "
+                              "than scale_loss; migrate by hand")
+            withs.append(attribute)
+        optimizers = {self._scale_loss_optimizer(a) for a in withs}
+        if len(optimizers) != 1:
+            raise Blocked(statement, "RPM107", "the old amp handle scales losses of several optimizers")
+        self._initialize_after_optimizer(optimizers.pop(), withs[0], arguments)
+        self.plan.edits.replace_range(self.facts.parent(statement),
+                                      list(self.facts.parent(statement).body).index(statement),
+                                      list(self.facts.parent(statement).body).index(statement) + 1,
+                                      drop_keeping_comments)
+        self.plan.rewrites.append((statement, "amp.init() -> roundpipe.compat.initialize(opt_level='O1')"))
+        self._old_scale_loss = withs
+
+    def _scale_loss_optimizer(self, attribute: cst.Attribute) -> str:
+        call = self.facts.parent(attribute)
+        positional = [a for a in getattr(call, "args", ()) if a.keyword is None]
+        if len(positional) != 2 or not isinstance(positional[1].value, cst.Name):
+            raise Blocked(attribute, "RPM107", "scale_loss with several optimizers is not migrated")
+        return positional[1].value.value
+
+    def _plan_fp16_optimizer(self, node: cst.CSTNode) -> None:
+        """``opt = FP16_Optimizer(opt, static_loss_scale=.. | dynamic_loss_scale=True)`` on a
+        model the user made half, with ``opt.backward(loss)``: apex O2 (fp32 masters)."""
+        statement, call, wrapped = self._assignment_of(node, "FP16_Optimizer(...)")
+        inner = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if not isinstance(inner, cst.Name) or inner.value != wrapped:
+            raise Blocked(call, "RPM201", "FP16_Optimizer must rewrap the same optimizer variable "
+                          "(`optimizer = FP16_Optimizer(optimizer, ...)`)")
+        loss_scale = '"dynamic"'
+        for arg in call.args[1:]:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword == "static_loss_scale":
+                loss_scale = code(arg.value)
+            elif keyword == "dynamic_loss_scale":
+                if code(arg.value) not in ("True", "False"):
+                    raise Blocked(arg, "RPM201", "dynamic_loss_scale must be a literal True/False")
+                if code(arg.value) == "False":
+                    loss_scale = "1.0" if loss_scale == '"dynamic"' else loss_scale
+            elif keyword != "verbose":
+                raise Blocked(arg, "RPM201", f"FP16_Optimizer({keyword}=...) is not migrated")
+        scope = self.facts.scope(statement)
+        backwards = []
+        for access in self.facts.accesses(wrapped, scope):
+            attribute = self.facts.parent(access)
+            if isinstance(attribute, cst.Attribute) and attribute.attr.value == "backward":
+                backwards.append(self.facts.parent(attribute))
+        if not backwards:
+            raise Blocked(statement, "RPM106", "FP16_Optimizer without optimizer.backward(loss)")
+        self._initialize_after_optimizer(wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}')
+        block = self.facts.parent(statement)
+        index = list(block.body).index(statement)
+        self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
+        self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
+        for backward in backwards:
+            line = self.facts.statement_of(backward)
+            if _only_expression(line) is not backward or len(backward.args) != 1:
+                raise Blocked(backward, "RPM106", "optimizer.backward(loss) must stand on its own line")
+            ApexStepBuilder(self, line, backward.args[0].value, wrapped).plan()
+            self._plan_scaler_binding(line)
+
     # ------------------------------------------------------------------ scale_loss
     def _plan_scale_loss(self, node: cst.CSTNode) -> None:
         call = self.facts.parent(node)
@@ -264,12 +373,33 @@ class ApexRules(TorchAmpRules):
         block = self.facts.parent(statement)
         body = list(block.body)
         index = body.index(statement)
+        guard = self.facts.parent(block)
+        if len(body) == 1 and self._import_guard(guard):
+            # `try: from apex import amp / except ImportError: ...` guards nothing any more
+            self._drop_statement(guard)
+            return
         if isinstance(block, cst.IndentedBlock) and len(body) == 1:
             keep = cst.parse_statement("pass\n")
             self.plan.edits.replace_range(block, index, index + 1,
                                           lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines)])
         else:
-            self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
+            self._drop_statement(statement)
+
+    def _drop_statement(self, statement: cst.BaseStatement) -> None:
+        block = self.facts.parent(statement)
+        index = list(block.body).index(statement)
+        self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
+
+    @staticmethod
+    def _import_guard(node: Optional[cst.CSTNode]) -> bool:
+        """A ``try`` whose handlers only catch a failed import, with no else/finally."""
+        if not isinstance(node, cst.Try) or node.orelse is not None or node.finalbody is not None:
+            return False
+        names = []
+        for handler in node.handlers:
+            kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+            names += [code(k.value if isinstance(k, cst.Element) else k) for k in kinds if k is not None]
+        return bool(names) and all(n in ("ImportError", "ModuleNotFoundError") for n in names)
 
 
 def _names(node: cst.BaseExpression) -> List[str]:

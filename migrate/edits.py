@@ -29,6 +29,7 @@ class Edits:
     def __init__(self) -> None:
         self.expressions: Dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = {}
         self.blocks: Dict[cst.CSTNode, List[Tuple[int, int, StatementBuilder]]] = {}
+        self._insertions: Dict[Tuple[int, int], List[cst.BaseStatement]] = {}
 
     def replace_expression(self, node: cst.CSTNode, build: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self.expressions[node] = build
@@ -41,8 +42,11 @@ class Edits:
         ranges.append((start, end, build))
 
     def insert_before(self, block: cst.CSTNode, index: int, statements: Sequence[cst.BaseStatement]) -> None:
-        new = list(statements)
-        self.replace_range(block, index, index, lambda _: list(new))
+        """Insert before statement ``index``; several insertions there keep their order."""
+        pending = self._insertions.setdefault((id(block), index), [])
+        if not pending:
+            self.replace_range(block, index, index, lambda _: list(pending))
+        pending.extend(statements)
 
     def __bool__(self) -> bool:
         return bool(self.expressions or self.blocks)

@@ -284,6 +284,57 @@ class TorchAmpRules:
             raise Blocked(arg, "RPM104", "GradScaler passed through *args; migrate by hand")
         return names[index]
 
+    # ------------------------------------------------- optimizer -> model binding
+    def _binding(self, name: str, at: cst.CSTNode) -> Binding:
+        scope = self.facts.scope(at)
+        assignments = list(scope[name]) if scope is not None else []
+        if not assignments:
+            raise Blocked(at, "RPM108", f"{name!r} is not defined in this file")
+        # the binding that reaches `at`: the last one before it, else (a loop) the last one
+        before = [a for a in assignments if self.facts.order(a.node) < self.facts.order(at)]
+        assignment = max(before or assignments, key=lambda a: self.facts.order(a.node))
+        node = assignment.node
+        if isinstance(node, cst.Param):
+            return Binding(assignment.scope, name, None, None)
+        if not isinstance(node, cst.CSTNode) or isinstance(node, (cst.Import, cst.ImportFrom)):
+            raise Blocked(at, "RPM108", f"{name!r} is not built in this file")
+        statement = self.facts.statement_of(node)
+        value = None
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                value = small.value
+        return Binding(assignment.scope, name, statement, value)
+
+    def _caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
+        """Follow a function parameter to the one binding every same-file caller passes."""
+        function = self.facts.function_of(binding.scope)
+        if function is None or depth > 4:
+            raise Blocked(at, "RPM108", f"cannot follow {binding.name!r} to where it is built")
+        sites = self.facts.call_sites(function)
+        if not sites:
+            raise Blocked(function, "RPM108", f"{function.name.value}() is not called in this "
+                          "file; its model/optimizer cannot be followed")
+        found: Optional[Binding] = None
+        for site in sites:
+            value = argument_for(site, function, binding.name)
+            if not isinstance(value, cst.Name):
+                raise Blocked(site, "RPM108", f"{binding.name!r} is not passed as a plain name")
+            outer = self._binding(value.value, site)
+            if outer.statement is None:
+                outer = self._caller_binding(outer, site, depth + 1)
+            if found is not None and outer.statement is not found.statement:
+                raise Blocked(site, "RPM107", f"{function.name.value}() is called with different "
+                              f"objects for {binding.name!r}")
+            found = outer
+        return found
+
+    def _constructed(self, name: str, at: cst.CSTNode) -> Binding:
+        binding = self._binding(name, at)
+        if binding.statement is None:
+            binding = self._caller_binding(binding, at)
+        return binding
+
     # -------------------------------------------------------------- training steps
     def _plan_backward(self, access: cst.Name, scaler: str) -> None:
         scale_call = self.facts.parent(self.facts.parent(access))
@@ -361,7 +412,7 @@ class StepBuilder:
         return None
 
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
-        binding = self._binding(name, at)
+        binding = self.rules._binding(name, at)
         if binding.value is not None and isinstance(binding.value, cst.Call):
             return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
         return "sched" in name.lower()
@@ -418,58 +469,9 @@ class StepBuilder:
                 raise Blocked(call, "RPM107", "unscale_() of another optimizer")
         return optimizer
 
-    # ------------------------------------------------- optimizer -> model binding
-    def _binding(self, name: str, at: cst.CSTNode) -> Binding:
-        scope = self.facts.scope(at)
-        assignments = list(scope[name]) if scope is not None else []
-        if not assignments:
-            raise Blocked(at, "RPM108", f"{name!r} is not defined in this file")
-        assignment = max(assignments, key=lambda a: self.facts.order(a.node))
-        node = assignment.node
-        if isinstance(node, cst.Param):
-            return Binding(assignment.scope, name, None, None)
-        if not isinstance(node, cst.CSTNode) or isinstance(node, (cst.Import, cst.ImportFrom)):
-            raise Blocked(at, "RPM108", f"{name!r} is not built in this file")
-        statement = self.facts.statement_of(node)
-        value = None
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            small = statement.body[0]
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                value = small.value
-        return Binding(assignment.scope, name, statement, value)
-
-    def _caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
-        """Follow a function parameter to the one binding every same-file caller passes."""
-        function = self.facts.function_of(binding.scope)
-        if function is None or depth > 4:
-            raise Blocked(at, "RPM108", f"cannot follow {binding.name!r} to where it is built")
-        sites = self.facts.call_sites(function)
-        if not sites:
-            raise Blocked(function, "RPM108", f"{function.name.value}() is not called in this "
-                          "file; its model/optimizer cannot be followed")
-        found: Optional[Binding] = None
-        for site in sites:
-            value = argument_for(site, function, binding.name)
-            if not isinstance(value, cst.Name):
-                raise Blocked(site, "RPM108", f"{binding.name!r} is not passed as a plain name")
-            outer = self._binding(value.value, site)
-            if outer.statement is None:
-                outer = self._caller_binding(outer, site, depth + 1)
-            if found is not None and outer.statement is not found.statement:
-                raise Blocked(site, "RPM107", f"{function.name.value}() is called with different "
-                              f"objects for {binding.name!r}")
-            found = outer
-        return found
-
-    def _constructed(self, name: str, at: cst.CSTNode) -> Binding:
-        binding = self._binding(name, at)
-        if binding.statement is None:
-            binding = self._caller_binding(binding, at)
-        return binding
-
     def _model_for(self, optimizer: str) -> str:
         """The model's name in the step's scope; plans the wrap and the optimizer rewrite."""
-        built = self._constructed(optimizer, self.backward)
+        built = self.rules._constructed(optimizer, self.backward)
         if not isinstance(built.value, cst.Call):
             raise Blocked(built.statement or self.backward, "RPM108",
                           f"optimizer {optimizer!r} is not built by a call in this file")
@@ -487,7 +489,7 @@ class StepBuilder:
                           "`model.parameters()` of one model (parameter groups of submodules "
                           "cannot be mapped to RoundPipe's optimizer copies)")
         model_outer = owners.pop()
-        model_built = self._binding(model_outer, built.statement)
+        model_built = self.rules._binding(model_outer, built.statement)
         self._reject_parallel(model_outer, built)
         self._plan_wrap(built, model_outer, parameter_calls)
         return self._local_name_for(model_outer, built, model_built)
@@ -513,7 +515,7 @@ class StepBuilder:
         if function is not None:
             for param in function.params.params:
                 try:
-                    outer = self._caller_binding(Binding(step_scope, param.name.value, None, None), function)
+                    outer = self.rules._caller_binding(Binding(step_scope, param.name.value, None, None), function)
                 except Blocked:
                     continue
                 if outer.name == model_outer and outer.scope is built.scope:
@@ -637,7 +639,7 @@ class StepBuilder:
                 return True
             for call in m.findall(statement, m.Call(func=m.Name())):
                 try:
-                    binding = self._binding(call.func.value, statement)
+                    binding = self.rules._binding(call.func.value, statement)
                 except Blocked:
                     continue
                 if binding.value is not None and says_sum(binding.value):

@@ -62,6 +62,7 @@ OPT_LEVELS: Dict[str, Dict[str, Any]] = {
 }
 """apex's property table: opt level -> the properties it selects (read-only by convention)."""
 
+
 @dataclass
 class AmpProperties:
     """The resolved properties of one ``initialize`` call (apex's ``Properties``)."""

@@ -1,0 +1,166 @@
+"""The RoundPipe model that ``roundpipe.compat.initialize`` returns.
+
+:class:`AmpRoundPipe` is a :class:`roundpipe.RoundPipe` that applies a
+:class:`ForwardPolicy` (what apex's opt level does around the model) to every call of the
+wrapped module made by :meth:`~AmpRoundPipe.forward` and
+:meth:`~AmpRoundPipe.forward_backward`:
+
+1. cast the inputs (apex's forward patch, ``cast_model_type``: O0, O2, O3);
+2. run the module under ``torch.autocast`` (O1's ``patch_torch_functions``);
+3. cast the outputs (``cast_model_outputs``, float32 by default when inputs are cast).
+
+``forward_backward`` also runs ``loss_fn`` under the same autocast, because apex's O1
+patches the torch functions a loss calls too. Backward runs *outside* autocast: apex's
+patches do not reach autograd's backward kernels, and torch autocast around a backward
+would recast the backward's own ops.
+
+The policy is installed as an instance ``forward`` of the wrapped module only for the
+duration of those calls (on the main thread) and removed afterwards, so ``model.model``
+is the user's module, unchanged, at all other times: calling it directly bypasses the
+policy, and its state dict keys are the usual ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..run_config import RoundPipeRunConfig
+from ..runtime import RoundPipe, _default_loss_fn
+from .casting import cast_floating
+
+__all__ = ["AmpRoundPipe", "ForwardPolicy", "autocast_target"]
+
+
+@dataclass(frozen=True)
+class ForwardPolicy:
+    """What happens around each call of the wrapped module.
+
+    Attributes:
+        input_dtype: floating inputs are cast to it (:func:`cast_floating`); None: untouched.
+        output_dtype: floating outputs are cast to it; None: untouched.
+        autocast_device: device type for ``torch.autocast``; None: no autocast.
+        autocast_dtype: the autocast dtype (used only with ``autocast_device``).
+    """
+
+    input_dtype: Optional[torch.dtype] = None
+    output_dtype: Optional[torch.dtype] = None
+    autocast_device: Optional[str] = None
+    autocast_dtype: Optional[torch.dtype] = None
+
+    @property
+    def changes_anything(self) -> bool:
+        return any(
+            value is not None for value in (self.input_dtype, self.output_dtype, self.autocast_device)
+        )
+
+    def autocast(self) -> ContextManager[Any]:
+        """``torch.autocast`` as the policy says, or a context that does nothing."""
+        if self.autocast_device is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.autocast_device, dtype=self.autocast_dtype)
+
+    def call(self, forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``forward(*args, **kwargs)`` with the inputs cast, under autocast, outputs cast."""
+        if self.input_dtype is not None:
+            args = cast_floating(args, self.input_dtype)
+            kwargs = cast_floating(kwargs, self.input_dtype)
+        with self.autocast():
+            output = forward(*args, **kwargs)
+        if self.output_dtype is not None:
+            output = cast_floating(output, self.output_dtype)
+        return output
+
+
+def autocast_target(module: nn.Module) -> Tuple[str, torch.dtype]:
+    """``(device type, dtype)`` for autocasting ``module`` as O1 does.
+
+    The device type is that of the module's first parameter (or buffer; ``"cpu"`` when it
+    has neither). The dtype is float16, as apex's O1, except on CPU, whose autocast
+    supports bfloat16 as its low-precision type: there it is bfloat16 (apex's O1 does no
+    casting at all on CPU tensors).
+    """
+    tensor = next(module.parameters(), None)
+    if tensor is None:
+        tensor = next(module.buffers(), None)
+    device_type = "cpu" if tensor is None else tensor.device.type
+    return device_type, torch.bfloat16 if device_type == "cpu" else torch.float16
+
+
+class AmpRoundPipe(RoundPipe):
+    """A :class:`RoundPipe` whose module calls follow a :class:`ForwardPolicy`.
+
+    Args:
+        model: the module (already converted to its opt level's dtype).
+        policy: the policy applied around every call of ``model``.
+        optim_dtype, name: as :class:`RoundPipe`'s.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        policy: ForwardPolicy,
+        optim_dtype: Optional[torch.dtype] = None,
+        name: Optional[str] = None,
+    ) -> None:
+        # Set before RoundPipe.__init__: afterwards unknown attributes go to the module.
+        self.amp_policy = policy
+        super().__init__(model, optim_dtype=optim_dtype, name=name)
+
+    def forward(
+        self, *args: Any, roundpipe_run_config: RoundPipeRunConfig = RoundPipeRunConfig(), **kwargs: Any
+    ) -> Any:
+        """:meth:`RoundPipe.forward` with the policy around each module call."""
+        with self._policy_installed():
+            return super().forward(*args, roundpipe_run_config=roundpipe_run_config, **kwargs)
+
+    def forward_backward(
+        self,
+        input_args: tuple = (),
+        input_kwargs: Dict[str, Any] = {},
+        label: Any = None,
+        loss_fn: Callable[[Any, Any], Any] = _default_loss_fn,
+        return_outputs: bool = False,
+        run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
+    ) -> Any:
+        """:meth:`RoundPipe.forward_backward` with the policy around each module call and
+        ``loss_fn`` under the policy's autocast (backward is outside it)."""
+        autocast = self.amp_policy.autocast
+
+        def loss_under_autocast(outputs: Any, microbatch_label: Any) -> Any:
+            with autocast():
+                return loss_fn(outputs, microbatch_label)
+
+        with self._policy_installed():
+            return super().forward_backward(
+                input_args, input_kwargs, label, loss_under_autocast, return_outputs, run_config
+            )
+
+    @contextlib.contextmanager
+    def _policy_installed(self) -> Iterator[None]:
+        """Route calls of the wrapped module through the policy while the block runs."""
+        module = self.model
+        if not self.amp_policy.changes_anything:
+            yield
+            return
+        own_forward = module.__dict__.get("forward")
+        module.__dict__["forward"] = functools.partial(self.amp_policy.call, module.forward)
+        try:
+            yield
+        finally:
+            if own_forward is None:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = own_forward
+
+    def copy_map(self) -> Dict[nn.Parameter, nn.Parameter]:
+        """``{trainable parameter of the module: its optimizer copy}`` (creates the copies)."""
+        originals = [p for p in self.model.parameters() if p.requires_grad]
+        copies = list(self.optim_parameters())
+        assert len(originals) == len(copies), "every trainable parameter has one copy"
+        return dict(zip(originals, copies))
