@@ -436,8 +436,9 @@ class StepBuilder:
                         return (*found, statement)
             if self._mentions(statement, self.anchor):
                 break
-        raise Blocked(self.backward, "RPM106", "no `scaler.step(optimizer)` + `scaler.update()` "
-                      "found after the backward in the same block")
+        raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
+                      "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
+                      "the same block")
 
     def _step_run(self, block, statements, start):
         if self._classify(statements[start]) is None:

@@ -4,6 +4,7 @@ every case is run twice (idempotence); outputs compile and keep every comment.""
 
 import io
 import pathlib
+import re
 import tokenize
 
 import pytest
@@ -15,7 +16,8 @@ from migrate.engine import migrate_source
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "migrate_cases"
 EXPECTED = CASES / "expected"
-INPUTS = sorted(CASES.glob("*.py")) + sorted((ROOT / "examples").glob("amp_*.py"))
+INPUTS = (sorted(CASES.glob("*.py")) + sorted((ROOT / "examples").glob("amp_*.py"))
+          + sorted((ROOT / "examples").glob("apex_*.py")))
 IDS = [p.name for p in INPUTS]
 
 
@@ -43,6 +45,7 @@ def test_fixture_migrates_to_its_expected_output(path):
     else:
         assert result.status == "migrated", [d.format() for d in result.diagnostics]
         assert result.migrated == (EXPECTED / path.name).read_text()
+        assert not re.search(r"^\s*(from apex|import apex)", result.migrated, re.M)  # runs without apex
 
 
 @pytest.mark.parametrize("exact", [False, True], ids=["async", "exact"])
