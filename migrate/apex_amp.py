@@ -214,8 +214,12 @@ class ApexRules(TorchAmpRules):
             raise Blocked(node, "RPM201", f"{what} is not assigned to a plain variable; migrate by hand")
         return statement, call, small.targets[0].target.value
 
-    def _initialize_after_optimizer(self, optimizer: str, at: cst.CSTNode, arguments: str) -> None:
-        """Old APIs had no initialize(model, optimizer): add one after the optimizer is built."""
+    def _initialize_after_optimizer(self, optimizer: str, at: cst.CSTNode, arguments: str,
+                                    model_suffix: str = "") -> None:
+        """Old APIs had no initialize(model, optimizer): add one after the optimizer is built.
+
+        ``model_suffix`` is appended to the model passed in (``.float()`` for a model the old
+        API made half: initialize wants fp32 models and makes the half copy itself)."""
         built = self._constructed(optimizer, at)
         owners = {c.func.value.value for c in m.findall(built.value, m.Call(
             func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[]))} if built.value else set()
@@ -224,7 +228,8 @@ class ApexRules(TorchAmpRules):
         model = owners.pop()
         block = self.facts.parent(built.statement)
         index = list(block.body).index(built.statement)
-        line = cst.parse_statement(f"{model}, {optimizer} = roundpipe.compat.initialize({model}, {optimizer}{arguments})\n")
+        line = cst.parse_statement(
+            f"{model}, {optimizer} = roundpipe.compat.initialize({model}{model_suffix}, {optimizer}{arguments})\n")
         self.plan.edits.insert_before(block, index + 1, [line])
         self._models.add((id(built.scope), model))
         self.plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
@@ -291,7 +296,8 @@ class ApexRules(TorchAmpRules):
                 backwards.append(self.facts.parent(attribute))
         if not backwards:
             raise Blocked(statement, "RPM106", "FP16_Optimizer without optimizer.backward(loss)")
-        self._initialize_after_optimizer(wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}')
+        self._initialize_after_optimizer(wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}',
+                                         model_suffix=".float()")
         block = self.facts.parent(statement)
         index = list(block.body).index(statement)
         self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)

@@ -19,7 +19,7 @@ def main():
     model = nn.Sequential(nn.Linear(12, 24), nn.Tanh(), nn.Linear(24, 1)).to(device).half()
     criterion = nn.MSELoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    model, optimizer = roundpipe.compat.initialize(model, optimizer, opt_level="O2", loss_scale="dynamic")
+    model, optimizer = roundpipe.compat.initialize(model.float(), optimizer, opt_level="O2", loss_scale="dynamic")
 
     weights = torch.randn(12, 1)
     batches = []
