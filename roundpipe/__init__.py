@@ -3,7 +3,7 @@ thread-aware GradScaler. See docs/. Importing it starts no thread; the optimizer
 starts on first use.
 """
 
-from . import optim, optim_stream
+from . import compat, optim, optim_stream  # compat: the apex layer migrated scripts call
 from .grad_scaler import GradScaler, OptState
 from .optimizer_ctx import OptimizerCtx
 from .plan import ModelExecutePlan

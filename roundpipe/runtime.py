@@ -10,6 +10,7 @@ Step functions run on the optimizer thread with :class:`OptimizerCtx` active.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -198,9 +199,10 @@ class RoundPipe(nn.Module):
         """Forward, ``loss_fn`` and backward for every microbatch; return the summed loss.
 
         For each microbatch, on the calling thread (so an enclosing ``torch.autocast``
-        applies): ``outputs = model(*args, **kwargs)``, ``loss = loss_fn(outputs, label)``,
-        then backward of ``loss`` (a scalar tensor, or a sequence of scalars back-propagated
-        together). Gradients accumulate in the model's dtype until :meth:`step`.
+        applies to the forward and the loss): ``outputs = model(*args, **kwargs)``,
+        ``loss = loss_fn(outputs, label)``, then backward of ``loss`` (a scalar tensor, or a
+        sequence of scalars back-propagated together) with autocast switched off, as in a
+        plain torch loop. Gradients accumulate in the model's dtype until :meth:`step`.
 
         Returns the sum over microbatches of the ``loss_fn`` values, detached, on CPU (a
         list of sums for a sequence loss), and with ``return_outputs=True`` the tuple
@@ -232,7 +234,8 @@ class RoundPipe(nn.Module):
             loss = loss_fn(output, mb_label)
             sequence_loss = isinstance(loss, (list, tuple))
             tensors = _loss_tensors(loss, index)
-            torch.autograd.backward(tensors)
+            with _autocast_off():  # as torch recommends: backward runs outside autocast
+                torch.autograd.backward(tensors)
             total = _sum_detached(total, tensors)
             if return_outputs:
                 outputs.append(output)
@@ -339,6 +342,24 @@ class RoundPipe(nn.Module):
         if recurse and optimizer_ctx_active():
             return self.optim_named_parameters(prefix, remove_duplicate)
         return super().named_parameters(prefix, recurse, remove_duplicate)
+
+
+def _autocast_off() -> contextlib.ExitStack:
+    """Disable every autocast the caller has enabled (CPU and CUDA), for the backward pass:
+    ``forward_backward`` runs inside the caller's ``with torch.autocast(...)``, but the
+    original script ran ``backward()`` after that block."""
+    stack = contextlib.ExitStack()
+    for device_type in ("cpu", "cuda"):
+        if _autocast_enabled(device_type):
+            stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
+    return stack
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 spells it per device
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
 def _detach(value: Any) -> Any:

@@ -365,3 +365,23 @@ def test_non_scalar_loss_error_keeps_earlier_microbatch_gradients():
     with pytest.raises(ValueError, match="scalar"):
         model.forward_backward((x,), label=y, loss_fn=second_is_bad)
     assert _bitwise([p.grad for p in model.model.parameters()], [p.grad for p in ref.model.parameters()])
+
+
+def test_backward_runs_outside_the_callers_autocast():
+    class Probe(torch.autograd.Function):
+        seen = []
+
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            Probe.seen.append(torch.is_autocast_enabled("cpu"))
+            return grad
+
+    model = RoundPipe(make_net())
+    x, y = make_data(1)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model.forward_backward((x,), label=y, loss_fn=lambda o, l: loss_of(Probe.apply(o), l))
+    assert Probe.seen == [False]

@@ -54,5 +54,6 @@ def _float16_entries_to_float32(
     module: nn.Module, state_dict: Dict[str, Any], prefix: str, local_metadata: Any
 ) -> None:
     for key, value in state_dict.items():
-        if key.startswith(prefix) and isinstance(value, torch.Tensor) and value.dtype == torch.float16:
+        is_float16 = isinstance(value, torch.Tensor) and value.dtype == torch.float16
+        if is_float16 and key.startswith(prefix):
             state_dict[key] = value.float()

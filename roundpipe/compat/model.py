@@ -55,9 +55,7 @@ class ForwardPolicy:
 
     @property
     def changes_anything(self) -> bool:
-        return any(
-            value is not None for value in (self.input_dtype, self.output_dtype, self.autocast_device)
-        )
+        return (self.input_dtype, self.output_dtype, self.autocast_device) != (None, None, None)
 
     def autocast(self) -> ContextManager[Any]:
         """``torch.autocast`` as the policy says, or a context that does nothing."""
@@ -113,7 +111,10 @@ class AmpRoundPipe(RoundPipe):
         super().__init__(model, optim_dtype=optim_dtype, name=name)
 
     def forward(
-        self, *args: Any, roundpipe_run_config: RoundPipeRunConfig = RoundPipeRunConfig(), **kwargs: Any
+        self,
+        *args: Any,
+        roundpipe_run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
+        **kwargs: Any,
     ) -> Any:
         """:meth:`RoundPipe.forward` with the policy around each module call."""
         with self._policy_installed():

@@ -19,7 +19,8 @@ Scaler configuration (:func:`build_scaler`):
   an initial scale below ``min_loss_scale`` is raised to it at the first ``update()``.
 * a static number ``s``: a fixed scale (``min_scale == max_scale == s``). Unlike apex, which
   never checks gradients with a static scale, steps with inf/NaN gradients are skipped.
-  apex's counter of unskipped steps grows without bound here; ours restarts every 2000.
+  apex's unskipped counter of a static scaler grows without bound; GradScaler's growth
+  tracker restarts every 2000 steps, so a saved ``"unskipped"`` differs after 2000 steps.
 * static ``1.0`` (O0's and O3's default): a *disabled* scaler, so nothing is scaled,
   unscaled or checked, as apex's short-circuit does (and GradScaler, which refuses to
   unscale float16 gradients, never sees O3's float16 ones).
@@ -95,7 +96,9 @@ def loss_scaler(loss_id: int = 0) -> GradScaler:
     shared = _require("loss_scaler")
     index = operator.index(loss_id)
     if not -shared.num_losses <= index < shared.num_losses:
-        raise IndexError(f"loss_id {index} is out of range: initialize had num_losses={shared.num_losses}")
+        raise IndexError(
+            f"loss_id {index} is out of range: initialize had num_losses={shared.num_losses}"
+        )
     return shared.scaler
 
 

@@ -1,0 +1,35 @@
+"""roundpipe.compat: the run-time layer for scripts migrated from NVIDIA apex.amp.
+
+It never imports apex. A migrated script calls :func:`initialize` as it called
+``amp.initialize`` (same signature, opt levels O0-O3 with apex's property table and
+override checks, same return shapes) and gets RoundPipe models and its own optimizers,
+now stepping RoundPipe's optimizer copies; the loss scaling apex did inside
+``amp.scale_loss`` is done by one shared :class:`roundpipe.GradScaler`::
+
+    model, optimizer = roundpipe.compat.initialize(model, optimizer, opt_level="O2")
+    scaler = roundpipe.compat.loss_scaler()
+    loss = model.forward_backward(input_args=(x,), label=y,
+                                  loss_fn=lambda out, y: scaler.scale(criterion(out, y)))
+    ...
+    torch.save({"amp": roundpipe.compat.state_dict(), ...}, path)
+
+Modules, one job each: :mod:`.properties` (the table and its checks), :mod:`.convert`
+(model weights), :mod:`.casting` (inputs and outputs), :mod:`.model` (the RoundPipe
+subclass), :mod:`.optimizers` (optimizers onto the copies, ``master_params``),
+:mod:`.scaler` (the shared scaler and apex's state dict), :mod:`.frontend`
+(``initialize``). Each module's docstring lists where it deliberately differs from apex.
+"""
+
+from .frontend import initialize
+from .optimizers import master_params
+from .properties import OPT_LEVELS
+from .scaler import load_state_dict, loss_scaler, state_dict
+
+__all__ = [
+    "OPT_LEVELS",
+    "initialize",
+    "load_state_dict",
+    "loss_scaler",
+    "master_params",
+    "state_dict",
+]
