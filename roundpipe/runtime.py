@@ -183,7 +183,7 @@ class RoundPipe(nn.Module):
             self._config(roundpipe_run_config, "split_input"),
         )
         with torch.set_grad_enabled(bool(requires_grad)):
-            outputs = [self.model(*a, **k) for a, k in zip(arg_chunks, kwarg_chunks)]
+            outputs = [self._call_model(a, k) for a, k in zip(arg_chunks, kwarg_chunks)]
         merged = merge_outputs(outputs, self._config(roundpipe_run_config, "merge_output"))
         return to_device(merged, self._config(roundpipe_run_config, "output_device"))
 
@@ -230,8 +230,8 @@ class RoundPipe(nn.Module):
         outputs = []
         sequence_loss = False
         for index, (args, kwargs, mb_label) in enumerate(zip(arg_chunks, kwarg_chunks, labels)):
-            output = self.model(*args, **kwargs)
-            loss = loss_fn(output, mb_label)
+            output = self._call_model(args, kwargs)
+            loss = self._call_loss(loss_fn, output, mb_label)
             sequence_loss = isinstance(loss, (list, tuple))
             tensors = _loss_tensors(loss, index)
             with _autocast_off():  # as torch recommends: backward runs outside autocast
@@ -249,6 +249,14 @@ class RoundPipe(nn.Module):
             self._config(run_config, "merge_output"),
         )
         return summed, to_device(merged, self._config(run_config, "output_device"))
+
+    def _call_model(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        """One microbatch through the wrapped module (subclasses add casting around it)."""
+        return self.model(*args, **kwargs)
+
+    def _call_loss(self, loss_fn: Callable[[Any, Any], Any], outputs: Any, label: Any) -> Any:
+        """``loss_fn`` for one microbatch (subclasses add autocast around it)."""
+        return loss_fn(outputs, label)
 
     # ------------------------------------------------------------------- optimizer side
     def _wait_for_optimizer(self, reason: str) -> None:

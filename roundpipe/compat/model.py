@@ -14,24 +14,21 @@ patches the torch functions a loss calls too. Backward runs *outside* autocast: 
 patches do not reach autograd's backward kernels, and torch autocast around a backward
 would recast the backward's own ops.
 
-The policy is installed as an instance ``forward`` of the wrapped module only for the
-duration of those calls (on the main thread) and removed afterwards, so ``model.model``
-is the user's module, unchanged, at all other times: calling it directly bypasses the
+The policy hooks into RoundPipe's per-microbatch calls (``_call_model``/``_call_loss``);
+``model.model`` stays the user's module, unchanged: calling it directly bypasses the
 policy, and its state dict keys are the usual ones.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-from ..run_config import RoundPipeRunConfig
-from ..runtime import RoundPipe, _default_loss_fn
+from ..runtime import RoundPipe
 from .casting import cast_floating
 
 __all__ = ["AmpRoundPipe", "ForwardPolicy", "autocast_target"]
@@ -52,10 +49,6 @@ class ForwardPolicy:
     output_dtype: Optional[torch.dtype] = None
     autocast_device: Optional[str] = None
     autocast_dtype: Optional[torch.dtype] = None
-
-    @property
-    def changes_anything(self) -> bool:
-        return (self.input_dtype, self.output_dtype, self.autocast_device) != (None, None, None)
 
     def autocast(self) -> ContextManager[Any]:
         """``torch.autocast`` as the policy says, or a context that does nothing."""
@@ -110,54 +103,15 @@ class AmpRoundPipe(RoundPipe):
         self.amp_policy = policy
         super().__init__(model, optim_dtype=optim_dtype, name=name)
 
-    def forward(
-        self,
-        *args: Any,
-        roundpipe_run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
-        **kwargs: Any,
-    ) -> Any:
-        """:meth:`RoundPipe.forward` with the policy around each module call."""
-        with self._policy_installed():
-            return super().forward(*args, roundpipe_run_config=roundpipe_run_config, **kwargs)
+    def _call_model(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        """One microbatch through the module, with the policy's casting and autocast."""
+        return self.amp_policy.call(self.model, *args, **kwargs)
 
-    def forward_backward(
-        self,
-        input_args: tuple = (),
-        input_kwargs: Dict[str, Any] = {},
-        label: Any = None,
-        loss_fn: Callable[[Any, Any], Any] = _default_loss_fn,
-        return_outputs: bool = False,
-        run_config: RoundPipeRunConfig = RoundPipeRunConfig(),
-    ) -> Any:
-        """:meth:`RoundPipe.forward_backward` with the policy around each module call and
-        ``loss_fn`` under the policy's autocast (backward is outside it)."""
-        autocast = self.amp_policy.autocast
-
-        def loss_under_autocast(outputs: Any, microbatch_label: Any) -> Any:
-            with autocast():
-                return loss_fn(outputs, microbatch_label)
-
-        with self._policy_installed():
-            return super().forward_backward(
-                input_args, input_kwargs, label, loss_under_autocast, return_outputs, run_config
-            )
-
-    @contextlib.contextmanager
-    def _policy_installed(self) -> Iterator[None]:
-        """Route calls of the wrapped module through the policy while the block runs."""
-        module = self.model
-        if not self.amp_policy.changes_anything:
-            yield
-            return
-        own_forward = module.__dict__.get("forward")
-        module.__dict__["forward"] = functools.partial(self.amp_policy.call, module.forward)
-        try:
-            yield
-        finally:
-            if own_forward is None:
-                del module.__dict__["forward"]
-            else:
-                module.__dict__["forward"] = own_forward
+    def _call_loss(self, loss_fn: Callable[[Any, Any], Any], outputs: Any, label: Any) -> Any:
+        """``loss_fn`` under the policy's autocast (apex O1 patches the loss functions
+        too); backward stays outside it."""
+        with self.amp_policy.autocast():
+            return loss_fn(outputs, label)
 
     def copy_map(self) -> Dict[nn.Parameter, nn.Parameter]:
         """``{trainable parameter of the module: its optimizer copy}`` (creates the copies)."""
