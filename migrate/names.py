@@ -37,7 +37,6 @@ AUTOCAST = {
     "torch.cuda.amp.autocast_mode.autocast",
 }
 LR_SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
-OPTIMIZER_PREFIXES = ("torch.optim.", "roundpipe.optim.")
 PARALLEL_WRAPPERS = {
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.DataParallel",

@@ -24,13 +24,13 @@ caller leaves the whole file untouched with that diagnostic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
 
 from .edits import Edits, carry_comments, drop_keeping_comments
-from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, OPTIMIZER_PREFIXES, PARALLEL_WRAPPERS, ModuleFacts, argument_for
+from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, PARALLEL_WRAPPERS, ModuleFacts, argument_for
 
 __all__ = ["Blocked", "ModelUses", "Plan", "TorchAmpRules", "plan_torch_amp", "NUM_MICROBATCH"]
 

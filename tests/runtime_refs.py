@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import copy
-from typing import Callable, List, Sequence, Tuple
+from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
