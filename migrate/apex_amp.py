@@ -375,38 +375,6 @@ class ApexRules(TorchAmpRules):
             return all(code(alias.name).split(".")[0] == _APEX for alias in small.names)
         return False
 
-    def _drop(self, statement: cst.SimpleStatementLine) -> None:
-        block = self.facts.parent(statement)
-        body = list(block.body)
-        index = body.index(statement)
-        guard = self.facts.parent(block)
-        if len(body) == 1 and self._import_guard(guard):
-            # `try: from apex import amp / except ImportError: ...` guards nothing any more
-            self._drop_statement(guard)
-            return
-        if isinstance(block, cst.IndentedBlock) and len(body) == 1:
-            keep = cst.parse_statement("pass\n")
-            self.plan.edits.replace_range(block, index, index + 1,
-                                          lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines)])
-        else:
-            self._drop_statement(statement)
-
-    def _drop_statement(self, statement: cst.BaseStatement) -> None:
-        block = self.facts.parent(statement)
-        index = list(block.body).index(statement)
-        self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
-
-    @staticmethod
-    def _import_guard(node: Optional[cst.CSTNode]) -> bool:
-        """A ``try`` whose handlers only catch a failed import, with no else/finally."""
-        if not isinstance(node, cst.Try) or node.orelse is not None or node.finalbody is not None:
-            return False
-        names = []
-        for handler in node.handlers:
-            kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
-            names += [code(k.value if isinstance(k, cst.Element) else k) for k in kinds if k is not None]
-        return bool(names) and all(n in ("ImportError", "ModuleNotFoundError") for n in names)
-
 
 def _names(node: cst.BaseExpression) -> List[str]:
     if isinstance(node, cst.Name):

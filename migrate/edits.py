@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 __all__ = ["Edits", "EditApplier", "PendingComments", "carry_comments", "drop_keeping_comments"]
 
@@ -68,12 +69,12 @@ class PendingComments:
 
 
 def _comment_lines(statements: Sequence[cst.BaseStatement]) -> List[cst.EmptyLine]:
+    """The leading lines of ``statements`` plus every comment inside them, as lines."""
     lines: List[cst.EmptyLine] = []
     for statement in statements:
         lines.extend(statement.leading_lines)
-        trailing = getattr(statement, "trailing_whitespace", None)
-        if trailing is not None and trailing.comment is not None:
-            lines.append(cst.EmptyLine(comment=trailing.comment))
+        inner = statement.with_changes(leading_lines=())
+        lines.extend(cst.EmptyLine(comment=comment) for comment in m.findall(inner, m.Comment()))
     return lines
 
 

@@ -136,6 +136,8 @@ class TorchAmpRules:
         self._step_method_uses: List[cst.Name] = []
         self.step_statements: Set[cst.CSTNode] = set()
         self.backward_statements: Set[cst.CSTNode] = set()
+        self._rewritten_constructors: Set[cst.Call] = set()
+        self._dropped_imports: Set[int] = set()
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> Plan:
@@ -143,6 +145,7 @@ class TorchAmpRules:
         for call, statement in scalers:
             self._plan_scaler(call, statement)
         self._reject_untracked_backwards()
+        self._drop_unused_scaler_imports()
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.step_statements:
                 raise Blocked(access, "RPM104", "scaler.unscale_/step/update outside a training "
@@ -228,6 +231,7 @@ class TorchAmpRules:
             return updated.with_changes(func=cst.parse_expression("roundpipe.GradScaler"), args=args)
 
         self.plan.edits.replace_expression(call, build)
+        self._rewritten_constructors.add(call)
         self.plan.rewrites.append((call, "GradScaler -> roundpipe.GradScaler"))
 
     def _follow_scaler(self, name: str, scope, depth: int) -> None:
@@ -334,6 +338,74 @@ class TorchAmpRules:
         if binding.statement is None:
             binding = self._caller_binding(binding, at)
         return binding
+
+    # ------------------------------------------------------------ imports
+    def _drop_unused_scaler_imports(self) -> None:
+        """Remove ``GradScaler`` from imports whose every use was a rewritten constructor
+        (so migrated scripts keep no dead torch import)."""
+        for call in self._rewritten_constructors:
+            if not isinstance(call.func, cst.Name):
+                continue
+            name = call.func.value
+            scope = self.facts.scope(call)
+            assignments = list(scope[name]) if scope is not None else []
+            if not assignments or not all(isinstance(a.node, cst.ImportFrom) for a in assignments):
+                continue
+            uses = [r.node for a in assignments for r in a.references]
+            if not all(self._is_rewritten_constructor(use) for use in uses):
+                continue
+            for assignment in assignments:
+                self._drop_import_name(assignment.node, name)
+
+    def _is_rewritten_constructor(self, node: cst.CSTNode) -> bool:
+        parent = self.facts.parent(node)
+        return isinstance(parent, cst.Call) and parent.func is node and parent in self._rewritten_constructors
+
+    def _drop_import_name(self, statement: cst.ImportFrom, name: str) -> None:
+        if id(statement) in self._dropped_imports:
+            return
+        self._dropped_imports.add(id(statement))
+        names = statement.names if isinstance(statement.names, (list, tuple)) else []
+        kept = [a for a in names if (a.evaluated_alias or a.evaluated_name) != name]
+        line = self.facts.parent(statement)
+        if kept and isinstance(line, cst.SimpleStatementLine):
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            self.plan.edits.replace_expression(
+                statement, lambda updated: updated.with_changes(names=kept))
+        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            self._drop(line)
+
+    def _drop(self, statement: cst.SimpleStatementLine) -> None:
+        """Remove an import line; an import guard left empty goes too, another block gets
+        ``pass``."""
+        block = self.facts.parent(statement)
+        body = list(block.body)
+        guard = self.facts.parent(block)
+        if len(body) == 1 and self._import_guard(guard):
+            self._drop_statement(guard)
+            return
+        if isinstance(block, cst.IndentedBlock) and len(body) == 1:
+            keep = cst.parse_statement("pass\n")
+            self.plan.edits.replace_range(block, 0, 1,
+                                          lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines)])
+        else:
+            self._drop_statement(statement)
+
+    def _drop_statement(self, statement: cst.BaseStatement) -> None:
+        block = self.facts.parent(statement)
+        index = list(block.body).index(statement)
+        self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
+
+    @staticmethod
+    def _import_guard(node: Optional[cst.CSTNode]) -> bool:
+        """A ``try`` whose handlers only catch a failed import, with no else/finally."""
+        if not isinstance(node, cst.Try) or node.orelse is not None or node.finalbody is not None:
+            return False
+        names = []
+        for handler in node.handlers:
+            kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+            names += [code(k.value if isinstance(k, cst.Element) else k) for k in kinds if k is not None]
+        return bool(names) and all(n in ("ImportError", "ModuleNotFoundError") for n in names)
 
     # -------------------------------------------------------------- training steps
     def _plan_backward(self, access: cst.Name, scaler: str) -> None:

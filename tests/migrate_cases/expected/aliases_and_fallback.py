@@ -4,10 +4,7 @@ import torch.cuda.amp as A
 import roundpipe
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
-try:
-    from torch.amp import GradScaler
-except ImportError:  # older torch
-    from torch.cuda.amp import GradScaler
+# older torch
 
 
 def run(model, batches, use_amp):

@@ -6,7 +6,6 @@ run, so the logged scale changes.
 
 import torch
 import torch.nn as nn
-from torch.amp import GradScaler
 import roundpipe
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
