@@ -35,6 +35,8 @@ from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, PARALLEL_WRAPPERS, Modul
 __all__ = ["Blocked", "ModelUses", "Plan", "TorchAmpRules", "plan_torch_amp", "NUM_MICROBATCH"]
 
 NUM_MICROBATCH = "NUM_MICROBATCH"
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad",
+            "torch.autograd.grad_mode.inference_mode"}
 _EMPTY = cst.Module([])
 
 
@@ -960,6 +962,8 @@ class ModelUses:
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
                     self._plan_attribute(parent, access, name)
+                elif isinstance(parent, cst.Call) and parent.func is access:
+                    self._plan_inference_call(access, name)
                 elif isinstance(parent, cst.Arg):
                     target = self._parameter_target(parent)
                     if target is not None:
@@ -977,6 +981,17 @@ class ModelUses:
         if method in ("eval", "state_dict"):
             self._synchronize_before(access, name)
 
+    def _plan_inference_call(self, access: cst.Name, name: str) -> None:
+        """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the
+        newest weights are synchronized into the model before that block."""
+        for ancestor in self.facts.ancestors(access):
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, _NO_GRAD)
+                for item in ancestor.items
+            ):
+                self._synchronize_before(ancestor, name)
+                return
+
     def _parameter_target(self, arg: cst.Arg):
         call = self.facts.parent(arg)
         function = self.rules._local_function(call)
@@ -988,18 +1003,24 @@ class ModelUses:
             return None
         return self.facts.scope(function.body.body[0]), param, 0
 
-    def _synchronize_before(self, access: cst.Name, name: str) -> None:
-        statement = self.facts.statement_of(access)
+    def _synchronize_before(self, node: cst.CSTNode, name: str) -> None:
+        statement = self.facts.statement_of(node)
         block = self.facts.parent(statement)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             return
         body = list(block.body)
         index = body.index(statement)
-        if (id(block), index) in self._synced:
-            return
+        earlier = [i for b, i in self._synced if b == id(block) and i <= index]
+        if earlier and not any(self._trains(s) for s in body[max(earlier):index]):
+            return  # already synchronized in this block, and no training since
         previous = _only_expression(body[index - 1]) if index > 0 else None
         if previous is not None and _method_call(previous, name, "synchronize"):
             return
         self._synced.add((id(block), index))
         self.rules.plan.edits.insert_before(block, index, [cst.parse_statement(f"{name}.synchronize()\n")])
         self.rules.plan.rewrites.append((statement, f"{name}.synchronize() before evaluation/saving"))
+
+    @staticmethod
+    def _trains(statement: cst.CSTNode) -> bool:
+        """The statement may run a training step (a backward or an optimizer step)."""
+        return bool(m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))))
