@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
+from .apex_column import APEX_BOUND, APEX_REASON, apex_skip_reason, opt_level_for, run_apex, run_compat
 from .compare import Verdict, compare_traces
 from .runners import RUNNERS, Trace, apex_unavailable_reason
 from .scenarios import SCENARIOS, Scenario
@@ -100,9 +101,21 @@ def _scenario_rows(scenario: Scenario, device: str) -> Iterable[Dict[str, Any]]:
                    verdict.max_abs_diff, verdict.first_divergence,
                    {"scales_reference": ref.scales, "scales_subject": sub.scales,
                     "losses_reference": ref.losses, "losses_subject": sub.losses})
-    apex_reason = apex_unavailable_reason(device)
-    yield _row(scenario, "apex", "exact", device, "skipped",
-               apex_reason or "apex rows are not implemented in this version of the matrix")
+    yield _apex_row(scenario, device)
+
+
+def _apex_row(scenario: Scenario, device: str) -> Dict[str, Any]:
+    """apex amp against roundpipe.compat (the migrated apex form), where apex runs."""
+    reason = apex_unavailable_reason(device) or apex_skip_reason(scenario)
+    subject = f"roundpipe.compat {opt_level_for(scenario)} exact"
+    if reason is not None:
+        return _row(scenario, f"apex {opt_level_for(scenario)}", subject, device, "skipped", reason)
+    reference, ours = run_apex(scenario, device), run_compat(scenario, device)
+    verdict = compare_traces(reference, ours, APEX_BOUND, APEX_REASON)
+    return _row(scenario, f"apex {opt_level_for(scenario)}", subject, device, verdict.verdict, verdict.reason,
+                verdict.max_abs_diff, verdict.first_divergence,
+                {"scales_reference": reference.scales, "scales_subject": ours.scales,
+                 "losses_reference": reference.losses, "losses_subject": ours.losses})
 
 
 def _run_script(source: str, name: str) -> str:

@@ -79,3 +79,27 @@ def test_a_planted_bug_makes_the_matrix_fail(name, bug, monkeypatch, tmp_path):
     diverged = [r for r in data["rows"] if r["verdict"] == "diverged"]
     assert {r["subject"] for r in diverged} >= {"dropin", "exact"}
     assert all(r["first_divergence"] is not None for r in diverged)
+
+
+@pytest.mark.parametrize("name", ["clean", "forced_overflow", "growth", "nan_loss", "clipping",
+                                  "fused_adam", "fp16_master_weights", "resume_apex_format"])
+def test_apex_column_plumbing_with_a_stand_in_for_apex(name, monkeypatch):
+    """The apex runner and its roundpipe.compat counterpart, driven by tests/fake_apex (apex's
+    documented rule): the same scale trajectory and skipped steps. The real apex rows run
+    only where apex <= 25.05 and CUDA exist."""
+    import pathlib
+    import sys
+
+    from compat_matrix.apex_column import APEX_BOUND, apex_skip_reason, run_apex, run_compat
+    from compat_matrix.compare import compare_traces
+    from compat_matrix.scenarios import SCENARIOS
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent / "fake_apex"))
+    monkeypatch.delitem(sys.modules, "apex", raising=False)
+    monkeypatch.delitem(sys.modules, "apex.amp", raising=False)
+    scenario = next(s for s in SCENARIOS if s.name == name)
+    assert apex_skip_reason(scenario) is None
+    reference, ours = run_apex(scenario, "cpu"), run_compat(scenario, "cpu")
+    assert reference.scales == ours.scales
+    assert reference.skipped == ours.skipped
+    assert compare_traces(reference, ours, APEX_BOUND).verdict in ("bitwise", "close")
