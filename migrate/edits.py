@@ -19,7 +19,11 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-__all__ = ["Edits", "EditApplier", "PendingComments", "carry_comments", "drop_keeping_comments"]
+__all__ = ["Edits", "EditApplier", "EditConflict", "PendingComments", "carry_comments", "drop_keeping_comments"]
+
+class EditConflict(ValueError):
+    """Two rules want to change the same statements: the plan is not consistent."""
+
 
 StatementBuilder = Callable[[List[cst.BaseStatement]], List[cst.BaseStatement]]
 
@@ -39,7 +43,7 @@ class Edits:
         ranges = self.blocks.setdefault(block, [])
         for other_start, other_end, _ in ranges:
             if start < other_end and other_start < end:
-                raise ValueError("overlapping statement edits")
+                raise EditConflict("overlapping statement edits")
         ranges.append((start, end, build))
 
     def insert_before(self, block: cst.CSTNode, index: int, statements: Sequence[cst.BaseStatement]) -> None:

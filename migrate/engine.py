@@ -13,7 +13,7 @@ from typing import List
 import libcst as cst
 
 from .diagnostics import Diagnostic, FileResult, Rewrite
-from .edits import EditApplier, Edits
+from .edits import EditApplier, EditConflict, Edits
 from .names import ModuleFacts
 from .prefilter import might_use_amp
 from .apex_amp import plan_apex
@@ -56,6 +56,12 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
         position = facts.position(blocked.node)
         result.diagnostics.append(
             Diagnostic(path, position.line, position.column + 1, blocked.code, blocked.message)
+        )
+        return result
+    except EditConflict:
+        result.diagnostics.append(
+            Diagnostic(path, 1, 1, "RPM106", "the rewrite would change the same statements twice "
+                       "(duplicated training code?); file left unchanged")
         )
         return result
     if not plan.edits:

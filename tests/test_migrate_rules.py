@@ -115,3 +115,15 @@ def test_mutated_inputs_never_crash_and_never_emit_invalid_code(case):
         assert again.migrated == result.migrated
     else:
         assert result.migrated == source
+
+
+def test_duplicated_training_code_is_reported_not_crashed():
+    """Found by the mutation test: a duplicated optimizer line made two rules edit the same
+    statements; the file must come back unchanged with a diagnostic."""
+    lines = (ROOT / "examples" / "amp_train_function.py").read_text().splitlines(True)
+    source = _mutate(lines, [("dup", 51)])
+    result = migrate_source(source, "dup.py")
+    if result.changed:
+        compile(result.migrated, "dup.py", "exec")
+    else:
+        assert result.migrated == source and result.diagnostics
