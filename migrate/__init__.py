@@ -1,3 +1,4 @@
-"""roundpipe-migrate: the libcst codemod that rewrites torch.amp / apex scripts into the
-RoundPipe form. Its rules land with the migration issue; see docs/ and design/MIGRATE.md.
+"""roundpipe-migrate: the libcst codemod that rewrites torch.amp GradScaler and NVIDIA apex
+amp training scripts into the RoundPipe form (docs/migrate.md). Pure source manipulation:
+it never imports torch, roundpipe or compat_matrix.
 """

@@ -26,7 +26,10 @@ import libcst.matchers as m
 
 from .edits import drop_keeping_comments
 from .names import ModuleFacts
-from .torch_amp import Blocked, Plan, StepBuilder, TorchAmpRules, _only_expression, code
+from .plan import Blocked, Plan
+from .steps import StepBuilder
+from .syntax import code, only_expression
+from .torch_amp import TorchAmpRules
 
 __all__ = ["plan_apex"]
 
@@ -52,7 +55,7 @@ class ApexStepBuilder(StepBuilder):
         self.anchor = optimizer
 
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
-        value = _only_expression(statement)
+        value = only_expression(statement)
         if isinstance(value, cst.Call) and m.matches(
             value, m.Call(func=m.Attribute(value=m.Name(self.optimizer), attr=m.Name("step")), args=[])
         ):
@@ -83,7 +86,7 @@ class ApexStepBuilder(StepBuilder):
         super()._group_edits(group, kinds, optimizer, model)
         for statement, kind in zip(group, kinds):
             if kind == "step":
-                call = _only_expression(statement)
+                call = only_expression(statement)
                 self.rules.plan.edits.replace_expression(
                     call, lambda _: cst.parse_expression(f"{_SCALER}.step({optimizer})"))
 
@@ -304,7 +307,7 @@ class ApexRules(TorchAmpRules):
         self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
         for backward in backwards:
             line = self.facts.statement_of(backward)
-            if _only_expression(line) is not backward or len(backward.args) != 1:
+            if only_expression(line) is not backward or len(backward.args) != 1:
                 raise Blocked(backward, "RPM106", "optimizer.backward(loss) must stand on its own line")
             ApexStepBuilder(self, line, backward.args[0].value, wrapped).plan()
             self._plan_scaler_binding(line)
@@ -321,7 +324,7 @@ class ApexRules(TorchAmpRules):
                           "`with amp.scale_loss(loss, optimizer) as scaled: ...`")
         scaled = item.asname.name.value
         body = list(statement.body.body)
-        backward = _only_expression(body[0]) if len(body) == 1 else None
+        backward = only_expression(body[0]) if len(body) == 1 else None
         if not m.matches(backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])):
             raise Blocked(statement, "RPM106", "the amp.scale_loss block must hold only "
                           f"`{scaled}.backward()`")

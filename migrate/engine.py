@@ -17,7 +17,10 @@ from .edits import EditApplier, EditConflict, Edits
 from .names import ModuleFacts
 from .prefilter import might_use_amp
 from .apex_amp import plan_apex
-from .torch_amp import NUM_MICROBATCH, Blocked, ModelUses, plan_torch_amp
+from .model_uses import ModelUses
+from .plan import Blocked
+from .steps import NUM_MICROBATCH
+from .torch_amp import plan_torch_amp
 
 __all__ = ["migrate_source"]
 

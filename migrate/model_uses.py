@@ -1,0 +1,107 @@
+"""After the model is wrapped: checkpoints through the wrapped module, and the newest weights
+synchronized into the model before evaluation or saving."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .plan import Blocked
+from .syntax import method_call, only_expression
+
+if TYPE_CHECKING:
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["ModelUses"]
+
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad",
+            "torch.autograd.grad_mode.inference_mode"}
+
+
+class ModelUses:
+    """After wrapping: checkpoints go through the wrapped module (``model.model``) and the
+    newest weights are synchronized into the model before evaluation or saving."""
+
+    def __init__(self, rules: "TorchAmpRules") -> None:
+        self.rules = rules
+        self.facts = rules.facts
+        self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
+
+    def plan(self) -> None:
+        seen: Set[Tuple[int, str]] = set()
+        queue = list(self.rules.plan.wrapped_models)
+        while queue:
+            scope, name, after = queue.pop()
+            if (id(scope), name) in seen:
+                continue
+            seen.add((id(scope), name))
+            for access in self.facts.accesses(name, scope):
+                if self.facts.order(access) <= after:
+                    continue
+                parent = self.facts.parent(access)
+                if isinstance(parent, cst.Attribute) and parent.value is access:
+                    self._plan_attribute(parent, access, name)
+                elif isinstance(parent, cst.Call) and parent.func is access:
+                    self._plan_inference_call(access, name)
+                elif isinstance(parent, cst.Arg):
+                    target = self._parameter_target(parent)
+                    if target is not None:
+                        queue.append(target)
+
+    def _plan_attribute(self, attribute: cst.Attribute, access: cst.Name, name: str) -> None:
+        method = attribute.attr.value
+        if method in ("state_dict", "load_state_dict"):
+            self.rules.plan.edits.replace_expression(
+                attribute,
+                lambda updated: updated.with_changes(
+                    value=cst.Attribute(value=updated.value, attr=cst.Name("model"))
+                ),
+            )
+        if method in ("eval", "state_dict"):
+            self._synchronize_before(access, name)
+
+    def _plan_inference_call(self, access: cst.Name, name: str) -> None:
+        """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the
+        newest weights are synchronized into the model before that block."""
+        for ancestor in self.facts.ancestors(access):
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, _NO_GRAD)
+                for item in ancestor.items
+            ):
+                self._synchronize_before(ancestor, name)
+                return
+
+    def _parameter_target(self, arg: cst.Arg):
+        call = self.facts.parent(arg)
+        function = self.rules._local_function(call)
+        if function is None:
+            return None
+        try:
+            param = self.rules._parameter_for(call, function, arg)
+        except Blocked:
+            return None
+        return self.facts.scope(function.body.body[0]), param, 0
+
+    def _synchronize_before(self, node: cst.CSTNode, name: str) -> None:
+        statement = self.facts.statement_of(node)
+        block = self.facts.parent(statement)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return
+        body = list(block.body)
+        index = body.index(statement)
+        earlier = [i for b, i in self._synced if b == id(block) and i <= index]
+        if earlier and not any(self._trains(s) for s in body[max(earlier):index]):
+            return  # already synchronized in this block, and no training since
+        previous = only_expression(body[index - 1]) if index > 0 else None
+        if previous is not None and method_call(previous, name, "synchronize"):
+            return
+        self._synced.add((id(block), index))
+        self.rules.plan.edits.insert_before(block, index, [cst.parse_statement(f"{name}.synchronize()\n")])
+        self.rules.plan.rewrites.append((statement, f"{name}.synchronize() before evaluation/saving"))
+
+    @staticmethod
+    def _trains(statement: cst.CSTNode) -> bool:
+        """The statement may run a training step (a backward or an optimizer step)."""
+        return bool(m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))))

@@ -1,0 +1,43 @@
+"""What the rules decide about a module, and how they say "not this one"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from .edits import Edits
+
+__all__ = ["Blocked", "Binding", "Plan"]
+
+
+class Blocked(Exception):
+    """A construct the rules do not fully understand: leave the file, report this."""
+
+    def __init__(self, node: cst.CSTNode, code: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Binding:
+    """A name as seen from one scope: the node that bound it there (None: a parameter)."""
+
+    scope: object
+    name: str
+    statement: Optional[cst.SimpleStatementLine]
+    value: Optional[cst.BaseExpression]
+
+
+@dataclass
+class Plan:
+    """Everything the rules decided for one module."""
+
+    edits: Edits = field(default_factory=Edits)
+    rewrites: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
+    wrapped_optimizers: Set[int] = field(default_factory=set)
+    wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after (source order)
+    helper_names: Set[str] = field(default_factory=set)

@@ -1,0 +1,524 @@
+"""One training step, recognised and rewritten: the forward region becomes a loss function
+for ``forward_backward``, the optimizer statements a step function for ``model.step``.
+
+:class:`StepBuilder` holds the torch.amp shape (``scaler.scale(loss).backward()`` then
+``scaler.step``/``update``); the apex rules subclass it. It works for a
+:class:`~migrate.torch_amp.TorchAmpRules` instance (``rules``): bindings, the plan, helpers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .edits import carry_comments, drop_keeping_comments
+from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, PARALLEL_WRAPPERS
+from .plan import Binding, Blocked
+from .syntax import assigned_names, code, is_assignment_line, method_call, names_in, only_expression
+
+if TYPE_CHECKING:
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["NUM_MICROBATCH", "StepBuilder", "ForwardRegion"]
+
+NUM_MICROBATCH = "NUM_MICROBATCH"
+
+
+class StepBuilder:
+    """Recognises one training step around ``scaler.scale(loss).backward()`` and plans it."""
+
+    def __init__(self, rules: "TorchAmpRules", scaler: str, backward: cst.SimpleStatementLine,
+                 loss: cst.BaseExpression) -> None:
+        self.rules = rules
+        self.facts = rules.facts
+        self.scaler = scaler
+        self.anchor = scaler  # the name whose next use after the backward starts the step
+        self.backward = backward
+        self.loss = loss
+        rules.backward_statements.add(backward)
+        self.block = self.facts.parent(backward)
+        if not isinstance(self.block, (cst.IndentedBlock, cst.Module)):
+            raise Blocked(backward, "RPM106", "backward is not a statement of a block")
+        self.body = list(self.block.body)
+        self.index = self.body.index(backward)
+
+    # ---------------------------------------------------------------------- plan
+    def plan(self) -> None:
+        group_block, group_start, group_end, group, condition = self._find_step_group()
+        optimizer = self._optimizer_of(group)
+        model = self._model_for(optimizer)
+        region = self._forward_region(model, optimizer)
+        zero_grads = self._zero_grads_to_move(region, optimizer, model, condition)
+        self._plan_forward(region, model)
+        self._plan_step_group(group_block, group_start, group_end, group, optimizer, model, zero_grads)
+
+    # ------------------------------------------------------------ the step group
+    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+        value = only_expression(statement)
+        if not isinstance(value, cst.Call):
+            return None
+        s = self.scaler
+        if method_call(value, s, "unscale_"):
+            return "unscale"
+        if method_call(value, s, "step"):
+            return "step"
+        if method_call(value, s, "update"):
+            return "update"
+        if self.facts.calls_any(value, CLIP_FUNCTIONS):
+            return "clip"
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("zero_grad")))):
+            return "zero_grad"
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")))):
+            owner = value.func.value.value
+            if self._is_scheduler(owner, statement):
+                return "scheduler"
+        return None
+
+    def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
+        binding = self.rules._binding(name, at)
+        if binding.value is not None and isinstance(binding.value, cst.Call):
+            return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
+        return "sched" in name.lower()
+
+    def _find_step_group(self):
+        """(block, start, end, statements, condition) of the optimizer step statements: the
+        first contiguous run of step statements after the backward, in this block or in the
+        body of an ``if`` (gradient accumulation) that follows it."""
+        for position in range(self.index + 1, len(self.body)):
+            statement = self.body[position]
+            found = self._step_run(self.block, self.body, position)
+            if found is not None:
+                return (*found, None)
+            if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
+                if statement.orelse is not None:
+                    raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
+                inner = list(statement.body.body)
+                for inner_position in range(len(inner)):
+                    found = self._step_run(statement.body, inner, inner_position)
+                    if found is not None:
+                        return (*found, statement)
+            if self._mentions(statement, self.anchor):
+                break
+        raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
+                      "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
+                      "the same block")
+
+    def _step_run(self, block, statements, start):
+        if self._classify(statements[start]) is None:
+            return None
+        end = start
+        while end < len(statements) and self._classify(statements[end]) is not None:
+            end += 1
+        return block, start, end, statements[start:end]
+
+    @staticmethod
+    def _mentions(node: cst.CSTNode, name: str) -> bool:
+        return name in names_in(node)
+
+    def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
+        kinds = [self._classify(s) for s in group]
+        if kinds.count("step") != 1 or kinds.count("update") != 1:
+            raise Blocked(group[0], "RPM107", "the step must call scaler.step() and "
+                          "scaler.update() once each (several optimizers are not migrated)")
+        if kinds.index("update") < kinds.index("step"):
+            raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
+        step_call = only_expression(group[kinds.index("step")])
+        if len(step_call.args) != 1 or not isinstance(step_call.args[0].value, cst.Name):
+            raise Blocked(step_call, "RPM102" if len(step_call.args) > 1 else "RPM106",
+                          "scaler.step() with extra arguments (e.g. a closure) is not migrated")
+        optimizer = step_call.args[0].value.value
+        for statement, kind in zip(group, kinds):
+            call = only_expression(statement)
+            if kind == "unscale" and not m.matches(call.args[0].value if call.args else None, m.Name(optimizer)):
+                raise Blocked(call, "RPM107", "unscale_() of another optimizer")
+        return optimizer
+
+    def _model_for(self, optimizer: str) -> str:
+        """The model's name in the step's scope; plans the wrap and the optimizer rewrite."""
+        built = self.rules._constructed(optimizer, self.backward)
+        if not isinstance(built.value, cst.Call):
+            raise Blocked(built.statement or self.backward, "RPM108",
+                          f"optimizer {optimizer!r} is not built by a call in this file")
+        parameter_calls = []
+
+        class FindParameters(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if m.matches(call, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])):
+                    parameter_calls.append(call)
+
+        built.value.visit(FindParameters())
+        owners = {call.func.value.value for call in parameter_calls}
+        if len(owners) != 1:
+            raise Blocked(built.value, "RPM108", "the optimizer is not built on "
+                          "`model.parameters()` of one model (parameter groups of submodules "
+                          "cannot be mapped to RoundPipe's optimizer copies)")
+        model_outer = owners.pop()
+        self._reject_parallel(model_outer, built)
+        self._plan_wrap(built, model_outer, parameter_calls)
+        return self._local_name_for(model_outer, built)
+
+    def _reject_parallel(self, model: str, built: Binding) -> None:
+        for node in self.facts.assignments(model, built.scope):
+            statement = self.facts.statement_of(node)
+
+            class FindParallel(cst.CSTVisitor):
+                def visit_Call(inner, call: cst.Call) -> None:  # noqa: N805
+                    if self.facts.calls_any(call, PARALLEL_WRAPPERS):
+                        raise Blocked(call, "RPM101", "DistributedDataParallel/DataParallel "
+                                      "model: RoundPipe manages devices itself; left untouched")
+
+            statement.visit(FindParallel())
+
+    def _local_name_for(self, model_outer: str, built: Binding) -> str:
+        """The name under which the step's scope sees the model."""
+        step_scope = self.facts.scope(self.backward)
+        if step_scope is built.scope:
+            return model_outer
+        function = self.facts.function_of(step_scope)
+        if function is not None:
+            for param in function.params.params:
+                try:
+                    outer = self.rules._caller_binding(Binding(step_scope, param.name.value, None, None), function)
+                except Blocked:
+                    continue
+                if outer.name == model_outer and outer.scope is built.scope:
+                    self._wrapped_parameter(function, param.name.value)
+                    return param.name.value
+        return model_outer
+
+    def _wrapped_parameter(self, function: cst.FunctionDef, name: str) -> None:
+        self.rules.plan.wrapped_models.append((self.facts.scope(function.body.body[0]), name, 0))
+
+    def _plan_wrap(self, built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:
+        plan = self.rules.plan
+        for call in parameter_calls:
+            plan.edits.replace_expression(
+                call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
+            )
+        if id(built.statement) in plan.wrapped_optimizers:
+            return
+        plan.wrapped_optimizers.add(id(built.statement))
+        block = self.facts.parent(built.statement)
+        index = list(block.body).index(built.statement)
+        wrap = cst.parse_statement(
+            f"{model} = roundpipe.RoundPipe({model}, model_run_config="
+            f"roundpipe.RoundPipeRunConfig(num_microbatch={NUM_MICROBATCH}))\n"
+        )
+        plan.edits.insert_before(block, index, [wrap])
+        plan.rewrites.append((built.statement, f"wrapped {model} with roundpipe.RoundPipe; "
+                              "optimizer built on model.optim_parameters()"))
+        plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
+
+    # ---------------------------------------------------------- forward region
+    def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+        call = only_expression(statement)
+        return call is not None and (
+            method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad")
+        )
+
+    def _forward_region(self, model: str, optimizer: str) -> "ForwardRegion":
+        end = self.index
+        while end > 0 and self._zero_grad_call(self.body[end - 1], optimizer, model):
+            end -= 1  # zero_grad() between loss and backward: moved into the step function
+        self.zero_before_backward = list(range(end, self.index))
+        if end == 0:
+            raise Blocked(self.backward, "RPM106", "no forward pass before the backward")
+        previous = self.body[end - 1]
+        if isinstance(previous, cst.With):
+            if not all(self.facts.is_autocast(item) for item in previous.items):
+                raise Blocked(previous, "RPM106", "forward inside a `with` block that is not autocast")
+            inner = list(previous.body.body)
+            start = self._model_statement(inner, model, previous)
+            return ForwardRegion(previous.body, inner, start, len(inner), previous, end - 1)
+        start = self._model_statement(self.body[:end], model, self.backward)
+        return ForwardRegion(self.block, self.body, start, end, None, start)
+
+    def _model_statement(self, statements: List[cst.BaseStatement], model: str, at: cst.CSTNode) -> int:
+        position = len(statements) - 1
+        while position >= 0 and is_assignment_line(statements[position]):
+            if self._model_calls(statements[position], model):
+                return position
+            position -= 1
+        raise Blocked(at, "RPM106", f"the forward pass (a call of {model!r} followed only by "
+                      "assignments computing the loss) was not found before the backward")
+
+    @staticmethod
+    def _model_calls(statement: cst.CSTNode, model: str) -> List[cst.Call]:
+        calls: List[cst.Call] = []
+
+        class Find(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if m.matches(call.func, m.Name(model)):
+                    calls.append(call)
+
+        statement.visit(Find())
+        return calls
+
+    def _zero_grads_to_move(self, region: "ForwardRegion", optimizer: str, model: str,
+                            condition: Optional[cst.If]) -> List[int]:
+        """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
+        top of the iteration, or between loss and backward): they move to the step's end."""
+        found = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
+        found += self.zero_before_backward
+        if found and condition is not None:
+            raise Blocked(self.body[found[0]], "RPM106", "zero_grad() every iteration but a "
+                          "conditional optimizer step; not certain, left untouched")
+        return found
+
+    # ------------------------------------------------------------- emit: forward
+    def _plan_forward(self, region: "ForwardRegion", model: str) -> None:
+        statements = region.statements[region.start:region.end]
+        model_calls = [c for s in statements for c in self._model_calls(s, model)]
+        if len(model_calls) != 1:
+            raise Blocked(statements[0], "RPM107", f"{model!r} is called {len(model_calls)} times "
+                          "in the forward; not migrated")
+        model_call = model_calls[0]
+        first = statements[0]
+        output_name, drop_first = self._output_binding(first, model_call)
+        assigned = {n for s in statements for n in assigned_names(s)}
+        loss_name = self.loss.value if isinstance(self.loss, cst.Name) else None
+        later = self.body[self.index + 1:]
+        used_later = {n for s in later for n in names_in(s)}
+        leaking = (assigned - {loss_name, output_name}) & used_later
+        if leaking:
+            raise Blocked(first, "RPM106", f"values computed in the forward ({', '.join(sorted(leaking))}) "
+                          "are used after the step; not migrated")
+        return_outputs = output_name is not None and output_name in used_later
+        labels = self._labels(region, statements, model_call, assigned)
+        input_args, input_kwargs = self._inputs(model_call)
+        sum_reduced = self._sum_reduced(statements)
+        self._emit_forward(region, statements, model_call, output_name, drop_first, labels,
+                           input_args, input_kwargs, loss_name, return_outputs, sum_reduced, model)
+
+    def _sum_reduced(self, statements: List[cst.BaseStatement]) -> bool:
+        """The loss sums over the batch (``reduction="sum"`` in it or in its criterion):
+        then per-microbatch losses already add up and are not divided."""
+        def says_sum(node: cst.CSTNode) -> bool:
+            return bool(m.findall(node, m.Arg(keyword=m.Name("reduction"),
+                                              value=m.SimpleString('"sum"') | m.SimpleString("'sum'"))))
+
+        for statement in statements:
+            if says_sum(statement):
+                return True
+            for call in m.findall(statement, m.Call(func=m.Name())):
+                try:
+                    binding = self.rules._binding(call.func.value, statement)
+                except Blocked:
+                    continue
+                if binding.value is not None and says_sum(binding.value):
+                    return True
+        return False
+
+    def _output_binding(self, first: cst.BaseStatement, model_call: cst.Call) -> Tuple[Optional[str], bool]:
+        small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1 else None
+        if isinstance(small, cst.Assign) and small.value is model_call and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, cst.Name):
+                return target.value, True
+        return None, False
+
+    def _batch_names(self, region: "ForwardRegion") -> Set[str]:
+        """Names holding this iteration's data: the loop target and everything assigned in
+        the loop body before the forward; without a loop, the function's parameters. A
+        loss input among them is a label (split with the microbatches); anything else the
+        loss reads is captured by the loss function as it is."""
+        loop = self.facts.enclosing(self.backward, (cst.For, cst.While, cst.FunctionDef))
+        names: Set[str] = set()
+        if isinstance(loop, (cst.For, cst.While)):
+            if isinstance(loop, cst.For):
+                names |= set(names_in(loop.target))
+            earlier = self.body[: region.outer_index]
+            if region.with_statement is not None:
+                earlier = earlier + region.statements[: region.start]
+            for statement in earlier:
+                if is_assignment_line(statement):
+                    names |= set(assigned_names(statement))
+        elif isinstance(loop, cst.FunctionDef):
+            names |= {p.name.value for p in loop.params.params}
+        return names
+
+    def _labels(self, region, statements, model_call, assigned) -> List[str]:
+        batch = self._batch_names(region)
+        free: List[str] = []
+        for statement in statements:
+            for name in names_in(statement):
+                if name in batch and name not in assigned and name not in free:
+                    free.append(name)
+        inputs = set(names_in(model_call))
+        return [n for n in free if n not in inputs or self._used_outside_call(statements, model_call, n)]
+
+    def _used_outside_call(self, statements, model_call, name) -> bool:
+        total = sum(names_in(s).count(name) for s in statements)
+        return total > names_in(model_call).count(name)
+
+    @staticmethod
+    def _inputs(model_call: cst.Call) -> Tuple[List[cst.BaseExpression], object]:
+        args, kwargs, star_kwargs = [], [], None
+        for arg in model_call.args:
+            if arg.star == "*":
+                raise Blocked(model_call, "RPM106", "model called with *args; not migrated")
+            if arg.star == "**":
+                star_kwargs = arg.value
+            elif arg.keyword is not None:
+                kwargs.append((arg.keyword.value, arg.value))
+            else:
+                args.append(arg.value)
+        if star_kwargs is not None and kwargs:
+            raise Blocked(model_call, "RPM106", "model called with **kwargs and keywords; not migrated")
+        return args, (star_kwargs if star_kwargs is not None else kwargs)
+
+    def _emit_forward(self, region, statements, model_call, output_name, drop_first, labels,
+                      input_args, input_kwargs, loss_name, return_outputs, sum_reduced, model) -> None:
+        plan = self.rules.plan
+        loss_fn = self._fresh("_loss_fn")
+        out_param = output_name or "_outputs"
+        label_param = labels[0] if len(labels) == 1 else ("_labels" if labels else "_label")
+        if output_name is None:
+            plan.edits.replace_expression(model_call, lambda _: cst.Name(out_param))
+        loss_value = code(self.loss)
+        divisor = "" if sum_reduced else f" / {NUM_MICROBATCH}"
+        scaler = self.scaler
+        head = ""
+        if len(labels) > 1:
+            head = f"    {', '.join(labels)} = _labels\n"
+        argument_text = ", ".join(code(a) for a in input_args)
+        if len(input_args) == 1:
+            argument_text += ","
+        kwargs_text = ""
+        if isinstance(input_kwargs, list) and input_kwargs:
+            kwargs_text = ", input_kwargs={" + ", ".join(f'"{k}": {code(v)}' for k, v in input_kwargs) + "}"
+        elif not isinstance(input_kwargs, list):
+            kwargs_text = f", input_kwargs={code(input_kwargs)}"
+        label_text = ""
+        if labels:
+            label_text = f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)})"
+        outputs_text = ", return_outputs=True" if return_outputs else ""
+        target = loss_name or "_loss"
+        call_text = (f"{model}.forward_backward(input_args=({argument_text}){kwargs_text}"
+                     f"{label_text}, loss_fn={loss_fn}{outputs_text})")
+        if return_outputs:
+            forward_lines = [f"{target}, {output_name} = {call_text}\n",
+                             f"{target} = {target} / {scaler}.get_scale()\n"]
+        else:
+            forward_lines = [f"{target} = {call_text} / {scaler}.get_scale()\n"]
+        keep_from = 1 if drop_first else 0
+        indent = "    "
+
+        def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
+            body_statements = updated[keep_from:]
+            definition = cst.parse_statement(
+                f"def {loss_fn}({out_param}, {label_param}):\n{head}{indent}pass\n"
+            )
+            returned = cst.parse_statement(f"return {scaler}.scale({loss_value}){divisor}\n")
+            inner = list(definition.body.body[:-1]) + list(body_statements) + [returned]
+            definition = definition.with_changes(body=definition.body.with_changes(body=inner))
+            definition = carry_comments(updated[:keep_from], definition)
+            calls = [cst.parse_statement(line) for line in forward_lines]
+            return [definition, *calls]
+
+        plan.edits.replace_range(region.block, region.start, region.end, build)
+        plan.rewrites.append((statements[0], "forward + loss -> model.forward_backward(loss_fn=...)"))
+
+    def _fresh(self, base: str) -> str:
+        used = self.facts.all_names | self.rules.plan.helper_names
+        name = base
+        counter = 2
+        while name in used:
+            name = f"{base}_{counter}"
+            counter += 1
+        self.rules.plan.helper_names.add(name)
+        return name
+
+    # ------------------------------------------------------------- emit: step
+    def _plan_step_group(self, group_block, group_start, group_end, group, optimizer, model,
+                         zero_grads: List[int]) -> None:
+        plan = self.rules.plan
+        step_fn = self._fresh("_step_fn")
+        kinds = [self._classify(s) for s in group]
+        self._group_edits(group, kinds, optimizer, model)
+        moved_zero = None
+        if zero_grads:
+            zero_call = only_expression(self.body[zero_grads[0]])
+            arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
+            moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
+        step_suffix = ", is_async=False" if self.rules.exact else ""
+
+        def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
+            inside, update = self._step_body(updated, kinds, optimizer)
+            if moved_zero is not None:
+                inside.append(moved_zero)
+            definition = cst.parse_statement(f"def {step_fn}():\n    pass\n")
+            definition = definition.with_changes(
+                leading_lines=inside[0].leading_lines,
+                body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
+            )
+            step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
+            return [definition, step, update]
+
+        plan.edits.replace_range(group_block, group_start, group_end, build)
+        for index in zero_grads:
+            plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
+        plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
+        self.rules.step_statements.update(group)
+        plan.rewrites.append((group[0], "optimizer step -> model.step(step_fn); scaler.update() kept"))
+
+    def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
+        """Expression edits inside the step statements: clipping on the optimizer copies,
+        ``model.zero_grad`` through the optimizer (whose parameters are the copies)."""
+        for statement, kind in zip(group, kinds):
+            if kind == "clip":
+                self._clip_on_copies(statement, model)
+            if kind == "zero_grad":
+                call = only_expression(statement)
+                if call.func.value.value == model:
+                    self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.Name(optimizer))
+
+    def _update_statement(self, original: Optional[cst.BaseStatement]) -> cst.BaseStatement:
+        """``scaler.update()`` for the main thread (``is_async=False`` with --exact)."""
+        if original is not None and (not self.rules.exact or only_expression(original).args):
+            return original
+        text = f"{self.scaler}.update(is_async=False)\n" if self.rules.exact else f"{self.scaler}.update()\n"
+        update = cst.parse_statement(text)
+        if original is not None:
+            update = update.with_changes(leading_lines=original.leading_lines,
+                                         trailing_whitespace=original.trailing_whitespace)
+        return update
+
+    def _step_body(self, updated, kinds, optimizer: str):
+        """(statements for the step function, the update statement) from the step group."""
+        update_index = kinds.index("update")
+        inside = [s for i, s in enumerate(updated) if i != update_index]
+        return inside, self._update_statement(updated[update_index])
+
+    def _clip_on_copies(self, statement: cst.BaseStatement, model: str) -> None:
+        call = only_expression(statement)
+
+        class Find(cst.CSTVisitor):
+            def __init__(inner) -> None:  # noqa: N805
+                inner.found: List[cst.Call] = []
+
+            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
+                if method_call(node, model, "parameters"):
+                    inner.found.append(node)
+
+        finder = Find()
+        call.visit(finder)
+        for parameters in finder.found:
+            self.rules.plan.edits.replace_expression(
+                parameters.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
+            )
+
+
+@dataclass
+class ForwardRegion:
+    """Where the forward + loss statements are: ``statements[start:end]`` of ``block``."""
+
+    block: cst.CSTNode
+    statements: List[cst.BaseStatement]
+    start: int
+    end: int
+    with_statement: Optional[cst.With]
+    outer_index: int  # index in the backward's block of the first statement of the region
