@@ -8,7 +8,7 @@ for ``forward_backward``, the optimizer statements a step function for ``model.s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -233,8 +233,30 @@ class StepBuilder:
             inner = list(previous.body.body)
             start = self._model_statement(inner, model, previous)
             return ForwardRegion(previous.body, inner, start, len(inner), previous, end - 1)
+        split = self._split_region(model, end)
+        if split is not None:
+            return split
         start = self._model_statement(self.body[:end], model, self.backward)
         return ForwardRegion(self.block, self.body, start, end, None, start)
+
+    def _split_region(self, model: str, end: int) -> Optional["ForwardRegion"]:
+        """Forward inside ``with autocast(...)``, loss computed after the block (outside
+        autocast): the outside statements run in the loss function with autocast disabled."""
+        position = end - 1
+        while position >= 0 and is_assignment_line(self.body[position]) \
+                and not self._model_calls(self.body[position], model):
+            position -= 1
+        if position < 0 or position == end - 1 or not isinstance(self.body[position], cst.With):
+            return None
+        with_statement = self.body[position]
+        if len(with_statement.items) != 1 or not self.facts.is_autocast(with_statement.items[0]):
+            return None
+        inner = list(with_statement.body.body)
+        start = self._model_statement(inner, model, with_statement)
+        region = ForwardRegion(with_statement.body, inner, start, len(inner), with_statement, position)
+        region.outside = self.body[position + 1:end]
+        region.outside_range = (position + 1, end)
+        return region
 
     def _model_statement(self, statements: List[cst.BaseStatement], model: str, at: cst.CSTNode) -> int:
         position = len(statements) - 1
@@ -270,7 +292,7 @@ class StepBuilder:
 
     # ------------------------------------------------------------- emit: forward
     def _plan_forward(self, region: "ForwardRegion", model: str) -> None:
-        statements = region.statements[region.start:region.end]
+        statements = region.statements[region.start:region.end] + region.outside
         model_calls = [c for s in statements for c in self._model_calls(s, model)]
         if len(model_calls) != 1:
             raise Blocked(statements[0], "RPM107", f"{model!r} is called {len(model_calls)} times "
@@ -406,9 +428,10 @@ class StepBuilder:
             forward_lines = [f"{target} = {call_text} / {scaler}.get_scale()\n"]
         keep_from = 1 if drop_first else 0
         indent = "    "
+        outside = self._outside_autocast(region)
 
         def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-            body_statements = updated[keep_from:]
+            body_statements = updated[keep_from:] + outside
             definition = cst.parse_statement(
                 f"def {loss_fn}({out_param}, {label_param}):\n{head}{indent}pass\n"
             )
@@ -420,7 +443,24 @@ class StepBuilder:
             return [definition, *calls]
 
         plan.edits.replace_range(region.block, region.start, region.end, build)
+        if region.outside:  # the moved statements carry their own comments
+            plan.edits.replace_range(self.block, *region.outside_range, lambda _: [])
         plan.rewrites.append((statements[0], "forward + loss -> model.forward_backward(loss_fn=...)"))
+
+    def _outside_autocast(self, region: "ForwardRegion") -> List[cst.BaseStatement]:
+        """``with <the same autocast>(<its device>, enabled=False): <statements>`` for loss
+        statements that ran after the autocast block, so they keep running outside it."""
+        if not region.outside:
+            return []
+        call = region.with_statement.items[0].item
+        legacy = self.facts.calls_any(call, {"torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
+                                             "torch.cuda.amp.autocast_mode.autocast"})
+        kept = [] if legacy else [a for a in call.args if a.keyword is None][:1]
+        kept += [a for a in call.args if a.keyword is not None and a.keyword.value == "device_type"]
+        arguments = ", ".join(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept)
+        off = f"{arguments}, enabled=False" if arguments else "enabled=False"
+        block = cst.parse_statement(f"with {code(call.func)}({off}):\n    pass\n")
+        return [block.with_changes(body=block.body.with_changes(body=list(region.outside)))]
 
     def _fresh(self, base: str) -> str:
         used = self.facts.all_names | self.rules.plan.helper_names
@@ -522,3 +562,5 @@ class ForwardRegion:
     end: int
     with_statement: Optional[cst.With]
     outer_index: int  # index in the backward's block of the first statement of the region
+    outside: List[cst.BaseStatement] = field(default_factory=list)  # loss after the autocast block
+    outside_range: Tuple[int, int] = (0, 0)

@@ -64,3 +64,39 @@ def test_migrated_apex_examples_train_on_cpu_without_apex(path, exact, tmp_path,
     assert len(losses) >= 6
     assert all(math.isfinite(v) for v in losses)
     assert len(set(losses)) > 1  # the weights moved between steps
+
+
+LOSS_OUTSIDE_AUTOCAST = '''
+import torch
+import torch.nn.functional as F
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=2)
+    for step in range(8):
+        x, y = torch.randn(12, 8), torch.randint(0, 3, (12,))
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)  # outside autocast
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        print(f"step {step} loss {loss.item():.6f} scale {scaler.get_scale()}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_loss_computed_outside_autocast_stays_outside_and_matches(tmp_path):
+    migrated = migrate_source(LOSS_OUTSIDE_AUTOCAST, "outside.py", exact=True)
+    assert migrated.status == "migrated"
+    assert 'torch.autocast(device_type="cpu", enabled=False)' in migrated.migrated
+    original = _run(LOSS_OUTSIDE_AUTOCAST, tmp_path, "original.py")
+    assert _run(migrated.migrated, tmp_path, "migrated.py") == original
+    assert len(STEP.findall(original)) == 8
