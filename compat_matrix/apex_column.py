@@ -10,13 +10,13 @@ O1 for fp32 scenarios, O2 (fp16 model, fp32 masters) for the fp16-master scenari
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
 import roundpipe.compat
 
-from .runners import Trace, _optimizer_tensors, _snapshot
+from .runners import Trace, _optimizer_tensors, _snapshot, _step_recording
 from .scenarios import Scenario, inject, loss_of, make_batches, make_model, make_optimizers
 
 __all__ = ["APEX_BOUND", "apex_skip_reason", "opt_level_for", "run_apex", "run_compat"]
@@ -120,24 +120,8 @@ def run_compat(scenario: Scenario, device: str) -> Trace:
         loss = model.forward_backward((x,), label=y,
                                       loss_fn=lambda out, lbl, k=step: scaler.scale(loss_of(scenario, out, lbl, k)))
         loss = loss / scaler.get_scale()
-        skipped: List[bool] = []
-
-        def step_fn(k: int = step) -> None:
-            inject(scenario, copies, k)
-
-            def update() -> None:
-                for opt in optimizers:
-                    if scenario.clip is not None:
-                        scaler.unscale_(opt)
-                        torch.nn.utils.clip_grad_norm_(list(roundpipe.compat.master_params(opt)), scenario.clip)
-                    scaler.step(opt)
-                    opt.zero_grad()
-
-            skipped.append(_step_all(copies, update))
-
-        model.step(step_fn, is_async=False)
+        model.step(_step_recording(scenario, scaler, optimizers, copies, step, trace), is_async=False)
         scaler.update(is_async=False)
-        trace.skipped.extend(skipped)
         trace.losses.append(loss.item())
         trace.params.append(_snapshot(net.parameters()))
     trace.optimizer_state = _optimizer_tensors(optimizers)

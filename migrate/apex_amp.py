@@ -24,7 +24,6 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from .edits import drop_keeping_comments
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .steps import StepBuilder
@@ -257,10 +256,7 @@ class ApexRules(TorchAmpRules):
         if len(optimizers) != 1:
             raise Blocked(statement, "RPM107", "the old amp handle scales losses of several optimizers")
         self._initialize_after_optimizer(optimizers.pop(), withs[0], arguments)
-        self.plan.edits.replace_range(self.facts.parent(statement),
-                                      list(self.facts.parent(statement).body).index(statement),
-                                      list(self.facts.parent(statement).body).index(statement) + 1,
-                                      drop_keeping_comments)
+        self._drop_statement(statement)
         self.plan.rewrites.append((statement, "amp.init() -> roundpipe.compat.initialize(opt_level='O1')"))
         self._old_scale_loss = withs
 
@@ -301,9 +297,7 @@ class ApexRules(TorchAmpRules):
             raise Blocked(statement, "RPM106", "FP16_Optimizer without optimizer.backward(loss)")
         self._initialize_after_optimizer(wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}',
                                          model_suffix=".float()")
-        block = self.facts.parent(statement)
-        index = list(block.body).index(statement)
-        self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
+        self._drop_statement(statement)
         self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
         for backward in backwards:
             line = self.facts.statement_of(backward)

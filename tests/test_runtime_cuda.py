@@ -5,30 +5,17 @@ import torch
 
 from roundpipe import GradScaler, RoundPipe
 from runtime_refs import loss_of, make_data, make_net, master_weight_loop, plain_loop
-from test_runtime_training import OPTIMIZERS, _bitwise
+from test_runtime_training import OPTIMIZERS, _bitwise, run_roundpipe
 
 pytestmark = pytest.mark.cuda
-
-
-def _run(net, make_opt, data, is_async, optim_dtype=None, input_dtype=None):
-    model = RoundPipe(net, optim_dtype=optim_dtype)
-    opt = make_opt(model.optim_parameters())
-    losses = []
-    for x, y in data:
-        inp = x if input_dtype is None else x.to(input_dtype)
-        loss = model.forward_backward(input_args=(inp,), label=y, loss_fn=loss_of)
-        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
-        losses.append(loss.item())
-    model.synchronize()
-    return losses, [p.detach().clone() for p in net.parameters()]
 
 
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
 def test_cuda_sync_steps_match_plain_loop_bitwise(name):
     data = make_data(6, device="cuda")
     ref = plain_loop(make_net(device="cuda"), OPTIMIZERS[name], data)
-    ours = _run(make_net(device="cuda"), OPTIMIZERS[name], data, is_async=False)
-    assert ours[0] == ref[0] and _bitwise(ours[1], ref[1])
+    losses, _, params, _ = run_roundpipe(make_net(device="cuda"), OPTIMIZERS[name], data, is_async=False)
+    assert losses == ref[0] and _bitwise(params, ref[1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -37,7 +24,7 @@ def test_cuda_async_low_precision_matches_staleness_one_reference(dtype):
     ref_losses, _, ref_final = master_weight_loop(
         make_net(dtype, device="cuda"), OPTIMIZERS["adam"], data, staleness=1, input_dtype=dtype
     )
-    losses, params = _run(make_net(dtype, device="cuda"), OPTIMIZERS["adam"], data, True, torch.float32, dtype)
+    losses, _, params, _ = run_roundpipe(make_net(dtype, device="cuda"), OPTIMIZERS["adam"], data, True, torch.float32, dtype)
     assert losses == ref_losses
     assert _bitwise(params, [m.to(dtype) for m in ref_final])
 
