@@ -27,10 +27,13 @@ gap (:data:`KNOWN_GAPS`), and a second test still checks it strictly for every o
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import io
 import importlib
 import inspect
 import json
+import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
@@ -278,8 +281,9 @@ class UpstreamChecker:
                         target = target.elts[0]
                     for element in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
                         dotted = _dotted(element)
-                        if dotted is not None:
-                            self.instances[(id(self._scope(node)), dotted)] = built
+                        if dotted is not None:  # self.x: seen from every method
+                            scope = self.tree if dotted.startswith("self.") else self._scope(node)
+                            self.instances[(id(scope), dotted)] = built
         changed = True
         while changed:  # objects handed to the program's own functions, by position or keyword
             changed = False
@@ -461,6 +465,27 @@ def test_every_example_is_checked_in_both_modes() -> None:
     assert {"amp_basic.py", "amp_train_function.py", "apex_o1.py"} <= migrated
 
 
+def test_exact_spelled_for_upstream_prints_the_same_numbers_here(tmp_path: Path) -> None:
+    """``scaler.update()`` instead of ``update(is_async=False)`` after a waited-for step: valid
+    on upstream 0.1.1, and here still the original's numbers (the scale grows in this run)."""
+    source = (ROOT / "examples" / "amp_clipping.py").read_text()
+    exact = migrate_source(source, "amp_clipping.py", exact=True).migrated
+    spelled = exact.replace(".update(is_async=False)", ".update()")
+    assert spelled != exact
+    assert "roundpipe.GradScaler.update(is_async=)" not in {v.key for v in check_program(spelled).violations}
+    printed = [_printed(text, tmp_path / name) for text, name in ((exact, "exact.py"), (spelled, "spelled.py"))]
+    assert printed[0] == printed[1] == _printed(source, tmp_path / "original.py")
+    assert "scale 256.0" in printed[0] and "scale 512.0" in printed[0]
+
+
+def _printed(source: str, path: Path) -> str:
+    path.write_text(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(path), run_name="__main__")
+    return out.getvalue()
+
+
 # ------------------------------------------------------------- the checker itself
 CHECKER_CASES = [
     ("import roundpipe\nm = roundpipe.RoundPipe(net, optim_dtype=None)\nm.step(f, is_async=False)\n", []),
@@ -476,6 +501,8 @@ CHECKER_CASES = [
      ["roundpipe.RoundPipe.forward_backward(positional)"]),
     ("import roundpipe\nm = roundpipe.RoundPipe()\n", ["roundpipe.RoundPipe(model)"]),
     ("import roundpipe\nm = roundpipe.RoundPipe(net)\nm.to('cpu')\nm.model.state_dict()\n", []),
+    ("import roundpipe\nclass T:\n    def __init__(self):\n        self.s = roundpipe.GradScaler()\n"
+     "    def save(self):\n        return self.s.state_dict()\n", ["roundpipe.GradScaler.state_dict"]),
     ("import roundpipe\nm, o = roundpipe.compat.initialize(net, opt, opt_level='O1')\n"
      "s = roundpipe.compat.loss_scaler()\ns.is_enabled()\n", ["roundpipe.GradScaler.is_enabled"]),
 ]
