@@ -82,6 +82,7 @@ KNOWN_GAPS: Dict[str, str] = {
     ),
     "roundpipe.GradScaler(init_scale=<str>)": _DEVICE_KEPT,
     "roundpipe.GradScaler(init_scale=)": _DEVICE_KEPT,
+    "roundpipe.GradScaler(init_scale=<?>)": _DEVICE_KEPT,
 }
 
 
@@ -181,6 +182,7 @@ class UpstreamChecker:
         self.parents: Dict[ast.AST, ast.AST] = {}
         self.functions: Dict[str, ast.FunctionDef] = {}
         self.instances: Dict[Tuple[int, str], str] = {}  # (scope id, dotted name) -> class
+        self.assigned: Dict[Tuple[int, str], List[ast.AST]] = {}  # (scope id, name) -> values
         for parent in ast.walk(tree):
             for child in ast.iter_child_nodes(parent):
                 self.parents[child] = parent
@@ -189,6 +191,11 @@ class UpstreamChecker:
 
     def run(self) -> Report:
         self._imports()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name):
+                key = (id(self._scope(node)), node.targets[0].id)
+                self.assigned.setdefault(key, []).append(node.value)
         self._track_instances()
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
@@ -339,6 +346,7 @@ class UpstreamChecker:
             self._violation(call, f"{name}(positional)",
                             f"{len(call.args)} positional arguments, upstream takes {len(positional)}")
         bound = {p.name: value for p, value in zip(positional, call.args)}
+        positional_names = set(bound)
         local_names = _local_positional(local)
         if local_names is not None:
             for index, param in enumerate(positional[: len(call.args)]):
@@ -358,10 +366,44 @@ class UpstreamChecker:
             if param.required and param.name not in bound:
                 self._violation(call, f"{name}({param.name})", "required upstream, not given")
             value = bound.get(param.name)
-            if value is not None and not _literal_fits(value, param.annotation):
-                kind = type(value.value).__name__  # type: ignore[attr-defined]
-                self._violation(call, f"{name}({param.name}=<{kind}>)",
-                                f"a {kind} literal where upstream's annotation is {param.annotation}")
+            if value is None or param.annotation not in _SIMPLE_ANNOTATIONS:
+                continue
+            kind = self.constant_type(value)
+            if kind is not None and not _type_fits(kind, param.annotation):
+                self._violation(call, f"{name}({param.name}=<{kind.__name__}>)",
+                                f"a {kind.__name__} where upstream's annotation is {param.annotation}")
+            elif kind is None and param.name in positional_names:
+                # A positional value of unknown type: its meaning rests on position alone,
+                # and this project's GradScaler takes a leading device there.
+                self._violation(call, f"{name}({param.name}=<?>)", "a positional value whose "
+                                f"type cannot be shown to be {param.annotation}")
+
+    def constant_type(self, node: ast.AST, depth: int = 0) -> Optional[type]:
+        """The type of the constant ``node`` evaluates to, when the program makes it plain:
+        a literal, an f-string, arithmetic of numbers, ``a if c else b`` of one type, or a
+        name every assignment of which (in this or an enclosing scope) is such a value.
+        None when unknown."""
+        if isinstance(node, ast.Constant):
+            return type(node.value)
+        if isinstance(node, ast.JoinedStr):
+            return str
+        if isinstance(node, ast.UnaryOp):
+            return self.constant_type(node.operand, depth)
+        if isinstance(node, ast.BinOp):  # arithmetic of numbers: 2.0 ** 10
+            operands = {self.constant_type(node.left, depth), self.constant_type(node.right, depth)}
+            if operands <= {int, float}:
+                return float if float in operands else int
+            return None
+        if isinstance(node, ast.IfExp):
+            branches = {self.constant_type(node.body, depth), self.constant_type(node.orelse, depth)}
+            return branches.pop() if len(branches) == 1 else None
+        if isinstance(node, ast.Name) and depth < 4:
+            for scope in self._scopes_out(node):
+                values = self.assigned.get((id(scope), node.id))
+                if values:
+                    kinds = {self.constant_type(value, depth + 1) for value in values}
+                    return kinds.pop() if len(kinds) == 1 else None
+        return None
 
 
 def _dotted(node: ast.AST) -> Optional[str]:
@@ -374,17 +416,17 @@ def _dotted(node: ast.AST) -> Optional[str]:
     return None
 
 
-_LITERAL_TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,)}
+_SIMPLE_ANNOTATIONS = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,)}
 
 
-def _literal_fits(value: ast.AST, annotation: Optional[str]) -> bool:
-    """False only for a constant whose type the (simple) annotation excludes."""
-    if not isinstance(value, ast.Constant) or annotation not in _LITERAL_TYPES:
+def _type_fits(kind: type, annotation: Optional[str]) -> bool:
+    """False only for a constant type that a simple annotation (float, int, bool, str)
+    excludes; bool counts only as bool."""
+    if annotation not in _SIMPLE_ANNOTATIONS:
         return True
-    accepted = _LITERAL_TYPES[annotation]
-    if isinstance(value.value, bool) and annotation != "bool":
-        return False
-    return isinstance(value.value, accepted)
+    if kind is bool:
+        return annotation == "bool"
+    return issubclass(kind, _SIMPLE_ANNOTATIONS[annotation])
 
 
 @functools.lru_cache(maxsize=None)
@@ -497,6 +539,12 @@ CHECKER_CASES = [
     ("import roundpipe\ns = roundpipe.GradScaler()\ndef f(x):\n    x.state_dict()\nf(s)\n",
      ["roundpipe.GradScaler.state_dict"]),
     ("import roundpipe\ns = roundpipe.GradScaler('cuda', 2.0)\n", ["roundpipe.GradScaler(init_scale=<str>)"]),
+    ("import roundpipe\ndef f(fast):\n    d = 'cuda' if fast else 'cpu'\n    s = roundpipe.GradScaler(d)\n",
+     ["roundpipe.GradScaler(init_scale=<str>)"]),
+    ("import roundpipe\ndef f(scale):\n    return roundpipe.GradScaler(scale, enabled=True)\n",
+     ["roundpipe.GradScaler(init_scale=<?>)"]),
+    ("import roundpipe\nscale = -2.0 ** 10\ns = roundpipe.GradScaler(scale, 2, enabled=True)\n", []),
+    ("import roundpipe\nscale = 1024.0\ns = roundpipe.GradScaler(scale, 2.0, enabled=flag)\n", []),
     ("import roundpipe\nm = roundpipe.RoundPipe(net)\nm.forward_backward((x,), {}, y, f, False, c, 1)\n",
      ["roundpipe.RoundPipe.forward_backward(positional)"]),
     ("import roundpipe\nm = roundpipe.RoundPipe()\n", ["roundpipe.RoundPipe(model)"]),
