@@ -47,9 +47,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 model, optimizer = amp.initialize(model, optimizer, verbosity=0, {settings})
 model.train()
 for inputs, targets in data:
-    output = model(inputs)
-    loss = criterion(output, targets)
     optimizer.zero_grad()
+    loss = criterion(model(inputs), targets)
     with amp.scale_loss(loss, optimizer) as scaled_loss:
         scaled_loss.backward()
     torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)

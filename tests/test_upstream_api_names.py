@@ -8,7 +8,9 @@ recorded in ``tests/data/roundpipe_upstream_api.json`` (read from the 0.1.1 whee
 * every call of an upstream callable, and every method call on an object the program built
   with one (``roundpipe.RoundPipe(...)``, ``roundpipe.GradScaler(...)``, ...), binds to
   upstream's signature: no unknown keyword, not too many positional arguments, nothing
-  required missing, a literal argument of the type upstream's annotation says;
+  required missing; where upstream's annotation is float, int, bool or str, a value whose
+  type the program makes plain (a literal, a name assigned one) has that type, and a
+  positional value of unknown type is reported (its meaning would rest on position alone);
 * a positional argument binds to the parameter of the same name here and upstream, so the
   program means the same on both;
 * no method that upstream's class lacks: upstream's ``GradScaler`` has no
@@ -22,6 +24,8 @@ compat case, checked to use nothing else that upstream lacks.
 
 Where a current output breaks the upstream API, the case is a strict xfail naming the
 gap (:data:`KNOWN_GAPS`), and a second test still checks it strictly for every other gap.
+One execution test backs the docs' advice for ``--exact`` on upstream: ``update()`` in place
+of ``update(is_async=False)`` prints the original's numbers here too.
 """
 
 from __future__ import annotations
@@ -89,6 +93,8 @@ KNOWN_GAPS: Dict[str, str] = {
 # ----------------------------------------------------------------------------- the API
 @dataclass(frozen=True)
 class Parameter:
+    """One parameter of an upstream signature, as the JSON records it."""
+
     name: str
     kind: str  # inspect.Parameter.kind name
     required: bool
@@ -158,6 +164,8 @@ def _local_positional(target: Any) -> Optional[List[str]]:
 # --------------------------------------------------------------------------- programs
 @dataclass(frozen=True)
 class Violation:
+    """One use of ``roundpipe`` that upstream 0.1.1 cannot run as this project does."""
+
     line: int
     key: str  # what is wrong, stable across programs (KNOWN_GAPS keys)
     detail: str
@@ -168,6 +176,8 @@ class Violation:
 
 @dataclass
 class Report:
+    """What one program needs beyond upstream: violations, and compat names apart."""
+
     violations: List[Violation] = field(default_factory=list)
     compat_names: Set[str] = field(default_factory=set)
 
