@@ -12,8 +12,8 @@ Each case here is one small apex program (a small BatchNorm regressor with clipp
 ``roundpipe-migrate`` (the compat form), and written again by the recipe; both run on CPU,
 and their per-step losses, final weights and final scale must be equal bit for bit, in
 the default (asynchronous) form, and for O1 and O2 also in the ``--exact`` form (the plain
-one with ``update()``, which upstream 0.1.1 has, after a waited-for step). Both run on this project's runtime with the same
-kernels, so equality is exact; only the settings the recipe cannot express (a static scale
+one with ``update()``, which upstream 0.1.1 has, after a waited-for step). Both run on
+this project's runtime with the same kernels, so equality is exact; only the settings the recipe cannot express (a static scale
 hit by an overflow, ``min_loss_scale``, the 2**24 cap after 16,000 clean steps) differ,
 and those are documented, not tested here.
 """
