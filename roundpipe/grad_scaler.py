@@ -20,6 +20,7 @@ plain loop and the one-iteration lag when steps run asynchronously, deterministi
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import warnings
 from collections import abc, defaultdict
@@ -655,9 +656,11 @@ class GradScaler:
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Load a state dict written by this class or by ``torch.amp.GradScaler``.
 
-        Main thread; waits for queued optimizer work first. Keys are read in torch's order
-        (a missing key raises ``KeyError`` after the earlier ones were applied, as torch).
-        No-op when disabled.
+        Main thread; waits for queued optimizer work first. ``_pending_found_inf`` (optional)
+        is checked before anything is applied: a list or tuple of at most one finite,
+        non-negative number (the lag is one iteration), else ``ValueError`` and the scaler is
+        unchanged. torch's keys are then read in torch's order (a missing key raises
+        ``KeyError`` after the earlier ones were applied, as torch). No-op when disabled.
         """
         if not self._enabled:
             return
@@ -666,6 +669,7 @@ class GradScaler:
                 "The source state dict is empty, possibly because it was saved from a "
                 "disabled instance of GradScaler."
             )
+        pending = _checked_pending(state_dict.get("_pending_found_inf", []))
         optim_stream.synchronize("GradScaler.load_state_dict()")
         self._main_scale()
         self._init_scale = state_dict["scale"]
@@ -678,7 +682,7 @@ class GradScaler:
         self._init_growth_tracker = state_dict["_growth_tracker"]
         if self._growth_tracker is not None:
             self._growth_tracker.fill_(state_dict["_growth_tracker"])
-        self._load_pending(state_dict.get("_pending_found_inf", []))
+        self._load_pending(pending)
 
     def _load_pending(self, pending: Iterable[float]) -> None:
         """Replace unapplied ended records with loaded results (main thread, stream idle)."""
@@ -789,6 +793,36 @@ def _check_bounds(min_scale: Optional[float], max_scale: Optional[float]) -> Non
             raise ValueError(f"{name} must be a positive number or None, got {bound!r}")
     if min_scale is not None and max_scale is not None and min_scale > max_scale:
         raise ValueError(f"min_scale ({min_scale}) must not exceed max_scale ({max_scale})")
+
+
+def _checked_pending(pending: Any) -> List[float]:
+    """Validate a state dict's ``_pending_found_inf``; return it as floats.
+
+    ``state_dict()`` writes at most one entry (the lagged iteration's found_inf count); more
+    entries, or values that are not finite counts, would back the scale off wrongly (down
+    to 0 for a long list), so they are refused before the load changes anything.
+    """
+    if not isinstance(pending, (list, tuple)):
+        raise ValueError(
+            f"_pending_found_inf must be a list, got {type(pending).__name__}: {pending!r}"
+        )
+    if len(pending) > 1:
+        raise ValueError(
+            f"_pending_found_inf holds {len(pending)} results; a GradScaler state dict has "
+            "at most one (the update lags by one iteration)"
+        )
+    for value in pending:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                "_pending_found_inf entries are found-inf counts (finite numbers >= 0), "
+                f"got {value!r}"
+            )
+    return [float(value) for value in pending]
 
 
 def _copied_new_scale(
