@@ -2,6 +2,7 @@
 report files agree with each other and with the JSON schema."""
 
 import json
+import math
 import re
 
 import pytest
@@ -103,3 +104,25 @@ def test_apex_column_plumbing_with_a_stand_in_for_apex(name, monkeypatch):
     assert reference.scales == ours.scales
     assert reference.skipped == ours.skipped
     assert compare_traces(reference, ours, APEX_BOUND).verdict in ("bitwise", "close")
+
+
+@pytest.mark.parametrize("name", ["clean", "bf16_autocast", "microbatches"])
+def test_logged_loss_is_the_original_loss_at_the_largest_scale(name):
+    """At scale 2**127 (where a clean or bf16 run ends up after enough growth) loss x scale
+    overflows float32; the RoundPipe columns must still log the true loss, so the matrix
+    does not report a false divergence."""
+    import dataclasses
+
+    from compat_matrix.compare import compare_traces
+    from compat_matrix.runners import RUNNERS
+    from compat_matrix.scenarios import SCENARIOS
+
+    scenario = dataclasses.replace(next(s for s in SCENARIOS if s.name == name), init_scale=2.0**127)
+    torch_trace, exact = RUNNERS["torch"](scenario, "cpu"), RUNNERS["exact"](scenario, "cpu")
+    reference, lagged = RUNNERS["async_reference"](scenario, "cpu"), RUNNERS["async"](scenario, "cpu")
+    expected = "close" if scenario.microbatches > 1 else "bitwise"
+    assert compare_traces(torch_trace, exact, 1e-5).verdict == expected
+    assert compare_traces(reference, lagged, 1e-5).verdict == expected
+    assert max(torch_trace.losses) * 2.0**127 > torch.finfo(torch.float32).max  # it overflows
+    assert all(math.isfinite(v) for v in exact.losses + lagged.losses)
+    assert lagged.losses[0] == pytest.approx(torch_trace.losses[0], rel=1e-6)
