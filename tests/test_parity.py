@@ -126,3 +126,40 @@ def test_logged_loss_is_the_original_loss_at_the_largest_scale(name):
     assert max(torch_trace.losses) * 2.0**127 > torch.finfo(torch.float32).max  # it overflows
     assert all(math.isfinite(v) for v in exact.losses + lagged.losses)
     assert lagged.losses[0] == pytest.approx(torch_trace.losses[0], rel=1e-6)
+
+
+def _matrix_must_not_run(*args, **kwargs):
+    raise AssertionError("the matrix ran before the arguments were checked")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--out", ""], "must not be empty"),
+    (["--out", "   "], "must not be empty"),
+    (["--steps", "1"], "between 2 and"),
+    (["--steps", "10001"], "between 2 and 10000"),
+])
+def test_bad_arguments_are_usage_errors_before_the_matrix_runs(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr("compat_matrix.cli.run_matrix", _matrix_must_not_run)
+    with pytest.raises(SystemExit) as exited:
+        main(["--scenario", "clean"] + argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file", "read_only"])
+def test_an_unwritable_out_folder_is_a_usage_error_before_the_matrix_runs(where, tmp_path, monkeypatch, capsys):
+    import os
+
+    blocker = tmp_path / "report.md"
+    blocker.write_text("not a folder")
+    out = {"a_file": blocker, "under_a_file": blocker / "parity", "read_only": tmp_path / "locked"}[where]
+    if where == "read_only":
+        if os.geteuid() == 0:
+            pytest.skip("root can write into a read-only folder")
+        out.mkdir()
+        out.chmod(0o500)
+    monkeypatch.setattr("compat_matrix.cli.run_matrix", _matrix_must_not_run)
+    with pytest.raises(SystemExit) as exited:
+        main(["--scenario", "clean", "--out", str(out)])
+    assert exited.value.code == 2
+    assert "cannot write the reports to" in capsys.readouterr().err
