@@ -328,8 +328,8 @@ class RoundPipe(nn.Module):
         if is_async:
             self._copies.copy_to_model()
         self._copies.hand_over_grads()
-        self._last_step = optim_stream.launch(_run_step_fn, step_fn, args, kwargs)
         self._steps_queued += 1
+        self._last_step = optim_stream.launch(_StepCall(step_fn, args, kwargs, self._steps_queued))
         if not is_async:
             self._wait_and_take_weights("RoundPipe.step(is_async=False)", previous_failure)
         if previous_failure is not None:
@@ -434,10 +434,20 @@ def _note_failed_step(failure: BaseException, number: int, then: str) -> None:
     )
 
 
-def _run_step_fn(step_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """The optimizer-thread side of ``RoundPipe.step``."""
-    with OptimizerCtx():
-        return step_fn(*args, **kwargs)
+class _StepCall:
+    """The optimizer-thread side of ``RoundPipe.step``: ``step_fn`` with OptimizerCtx on.
+
+    Its ``__qualname__`` names the step and the step function, so waits, notes and the
+    exit message say which step they are about.
+    """
+
+    def __init__(self, step_fn: Callable[..., Any], args: tuple, kwargs: dict, number: int) -> None:
+        self.step_fn, self.args, self.kwargs = step_fn, args, kwargs
+        self.__qualname__ = f"RoundPipe step {number}: {getattr(step_fn, '__qualname__', repr(step_fn))}"
+
+    def __call__(self) -> Any:
+        with OptimizerCtx():
+            return self.step_fn(*self.args, **self.kwargs)
 
 
 def wrap_model_to_roundpipe(
