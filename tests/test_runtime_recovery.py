@@ -196,3 +196,45 @@ def test_a_failed_synchronous_step_leaves_the_model_with_the_optimizers_weights(
     assert _bitwise(list(net.parameters()), copies)
     assert not _bitwise(list(net.parameters()), before)  # the optimizer did step
     assert all(c.grad is None for c in copies)  # and its gradients were dropped
+
+
+class _Batches(torch.utils.data.Dataset):
+    def __init__(self, batches) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int):
+        return self.batches[index]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif("fork" not in torch.multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_stress_dataloader_workers_injected_failures_and_overflows_match_the_contract():
+    """Three epochs through DataLoader(num_workers=2) with fork (new workers each epoch, forked
+    while a step is pending), step functions that fail before or after scaler.step, and
+    random overflows; the loop catches every failure and goes on."""
+    rng = random.Random(11)
+    epoch = make_data(40, seed=7)
+    batches = epoch * 3
+    plan: Plan = {}
+    for k in range(len(batches)):
+        roll = rng.random()
+        if roll < 0.08:
+            plan[k] = "fail_before"
+        elif roll < 0.16:
+            plan[k] = "fail_after"
+        elif roll < 0.28:
+            plan[k] = "overflow"
+    loader = torch.utils.data.DataLoader(
+        _Batches(epoch), batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=30)
+    streamed = (batch for _ in range(3) for batch in loader)
+    scales, caught, weights = train_catching(streamed, plan)
+    want_scales, want_weights = contract_reference(batches, plan)
+    assert caught == _expected_catches(plan)
+    assert len(caught) >= 10 and list(plan.values()).count("overflow") >= 10
+    assert scales == want_scales
+    assert len(set(scales)) > 3  # the scale did move both ways
+    assert _bitwise(weights, want_weights)
