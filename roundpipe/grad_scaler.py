@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import threading
 import warnings
+import weakref
 from collections import abc, defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, overload
 
@@ -188,6 +190,7 @@ class GradScaler:
     def _start_fresh(self) -> None:
         """(Re)create the thread-side state: lock, records, lazily created tensors."""
         self._lock = threading.Lock()
+        _LIVE_SCALERS.add(self)
         self._scale: Optional[torch.Tensor] = None
         self._growth_tracker: Optional[torch.Tensor] = None
         self._current = _Iteration(optim_stream.launched_seq())
@@ -780,6 +783,20 @@ class GradScaler:
         del found_inf
         return unscale_grads_(optimizer.param_groups, inv_scale, allow_fp16)
 
+
+_LIVE_SCALERS: "weakref.WeakSet[GradScaler]" = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    """After fork only the forking thread exists: a scaler lock the optimizer thread held
+    at that moment would never be released in the child, so every scaler gets a new one.
+    (The records stay: optim_stream's fork contract keeps their sequence numbers valid.)"""
+    for scaler in list(_LIVE_SCALERS):
+        scaler._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 _FIX_HINT = (
     "This may indicate your script did not use scaler.scale(loss or outputs) earlier "

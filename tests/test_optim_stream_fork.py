@@ -190,3 +190,17 @@ def test_a_dataloader_worker_that_touches_the_model_fails_at_once_or_works():
     finally:
         gate.set()
     training.result()
+
+
+def test_a_scaler_lock_held_by_the_optimizer_thread_at_the_fork_does_not_hang_the_child():
+    scaler = GradScaler(8.0)
+    scaler.scale(torch.ones(()))
+    held, gate = threading.Event(), threading.Event()
+    optim_stream.launch(lambda: (scaler._lock.acquire(), held.set(), gate.wait(30), scaler._lock.release()))
+    held.wait(10)
+    try:
+        # a new iteration's first scale() takes the lock to fix that iteration's scale
+        child = in_forked_child(lambda: (scaler.update(new_scale=4.0), scaler.scale(torch.ones(())).item()))
+    finally:
+        gate.set()
+    assert child[1] == 4.0
