@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from roundpipe import GradScaler, RoundPipe, optim_stream
-from runtime_refs import loss_of, make_data, make_net
+from runtime_refs import BatchList, loss_of, make_data, make_net
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"),
@@ -146,20 +146,9 @@ def test_a_child_forked_while_a_step_is_pending_fails_at_once_with_a_clear_error
     training.result()  # the parent is unaffected
 
 
-class _Batches(torch.utils.data.Dataset):
-    def __init__(self, batches) -> None:
-        self.batches = batches
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, index: int):
-        return self.batches[index]
-
-
 def _loader(batches, worker_init_fn=None) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(
-        _Batches(batches), batch_size=None, num_workers=2, multiprocessing_context="fork",
+        BatchList(batches), batch_size=None, num_workers=2, multiprocessing_context="fork",
         worker_init_fn=worker_init_fn, timeout=CHILD_SECONDS,
     )
 

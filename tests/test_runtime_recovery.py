@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from roundpipe import GradScaler, RoundPipe
-from runtime_refs import loss_of, make_data, make_net
+from runtime_refs import BatchList, loss_of, make_data, make_net
 
 INIT_SCALE, GROWTH_INTERVAL = 2.0**10, 3
 
@@ -198,17 +198,6 @@ def test_a_failed_synchronous_step_leaves_the_model_with_the_optimizers_weights(
     assert all(c.grad is None for c in copies)  # and its gradients were dropped
 
 
-class _Batches(torch.utils.data.Dataset):
-    def __init__(self, batches) -> None:
-        self.batches = batches
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, index: int):
-        return self.batches[index]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif("fork" not in torch.multiprocessing.get_all_start_methods(), reason="needs fork")
@@ -229,7 +218,7 @@ def test_stress_dataloader_workers_injected_failures_and_overflows_match_the_con
         elif roll < 0.28:
             plan[k] = "overflow"
     loader = torch.utils.data.DataLoader(
-        _Batches(epoch), batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=30)
+        BatchList(epoch), batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=30)
     streamed = (batch for _ in range(3) for batch in loader)
     scales, caught, weights = train_catching(streamed, plan)
     want_scales, want_weights = contract_reference(batches, plan)
