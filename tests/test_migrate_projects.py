@@ -41,13 +41,21 @@ TARGETS = [name for name in PROJECTS if (PROJECTS_ROOT / name / TARGET / "main.p
 # Projects with a switch between an AMP and a plain path run both ways.
 ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "optional_amp_none": [[], ["--no-amp"]],
+    "loss_scaler_timm": [[], ["--no-amp"]],
     "two_path_amp": [[], ["--precision", "fp32"]],
-    "amp_enabled_flag": [[], ["--dtype", "float32"]],
+    "autocast_ctx_microsteps": [[], ["--dtype", "float32"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
-FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler"}
+FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
+# Projects the tool gets wrong today: expected failures, strict, so that a fix is noticed
+# (and the entry removed) the day the tool stops getting them wrong.
+KNOWN_WRONG: Dict[str, str] = {
+    "two_path_amp": "issue 9: the tool wraps the model and migrates the AMP branch, but the "
+    "plain branch keeps loss.backward(); optimizer.step() on the wrapped model, whose grads "
+    "never reach the optimizer copies, so --precision fp32 trains differently",
+}
 
-NUMBER_LINE = re.compile(r"^(step \d+ .*|final scale .*)$", re.M)
+FINAL_SCALE = re.compile(r"^final scale ", re.M)
 STEP_LINE = re.compile(r"^step \d+ ", re.M)
 DIAGNOSTIC = re.compile(r"^(?P<path>.+?):\d+:\d+: (?P<code>RPM\d{3}) ", re.M)
 
@@ -110,11 +118,12 @@ def migrate_project(folder: pathlib.Path, out: pathlib.Path, exact: bool) -> Mig
     return Migration(code, changed, [m["code"] for m in found], [m["path"] for m in found])
 
 
-def _numbers(output: str) -> List[str]:
-    lines = NUMBER_LINE.findall(output)
+def _numbers(output: str) -> str:
+    """The printed record of a run (all of it), after checking it has the steps and the
+    final scale every project prints."""
     assert len(STEP_LINE.findall(output)) >= 4, f"the program printed too few steps:\n{output}"
-    assert lines[-1].startswith("final scale"), "the program must end with its final scale"
-    return lines
+    assert FINAL_SCALE.search(output), f"the program must print its final scale:\n{output}"
+    return output
 
 
 def check_project(name: str, tmp_path: pathlib.Path) -> Migration:
@@ -145,8 +154,14 @@ def check_project(name: str, tmp_path: pathlib.Path) -> Migration:
     return exact
 
 
-def _sweep(names):
-    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
+def _sweep(names, known_wrong=KNOWN_WRONG):
+    def marks(name):
+        found = [] if name in FAST else [pytest.mark.slow]
+        if name in known_wrong:
+            found.append(pytest.mark.xfail(reason=known_wrong[name], raises=AssertionError, strict=True))
+        return found
+
+    return [pytest.param(n, marks=marks(n)) for n in names]
 
 
 @pytest.mark.parametrize("name", _sweep(PROJECTS))
@@ -154,7 +169,7 @@ def test_project_is_migrated_to_the_same_numbers_or_refused_untouched(name, tmp_
     check_project(name, tmp_path)
 
 
-@pytest.mark.parametrize("name", _sweep(TARGETS))
+@pytest.mark.parametrize("name", _sweep(TARGETS, known_wrong={}))
 def test_hand_migrated_target_prints_the_originals_numbers(name, tmp_path):
     folder = PROJECTS_ROOT / name
     target = folder / TARGET
