@@ -11,6 +11,7 @@ asynchronous default must run the same steps and match the staleness-1 reference
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import List, Optional, Sequence
 
 import pytest
@@ -252,13 +253,28 @@ def _adam(params):
     return torch.optim.Adam(params, lr=2e-3, betas=(0.5, 0.999))
 
 
-def gan_torch(shared: bool):
+def gan_loop(shared: bool, wrapped: bool):
     """DCGAN-style loop: D on real and detached fake, then G through D; grads zeroed on the
-    modules at the top of each update, as the DCGAN example does."""
+    modules at the top of each update, as the DCGAN example does. ``wrapped=False`` is the
+    plain torch program; ``wrapped=True`` the same program with each network a RoundPipe
+    stepped on its own (its step function also zeroes the copies' grads)."""
+    make_scaler = GradScaler if wrapped else functools.partial(torch.amp.GradScaler, "cpu")
     netG, netD = _generator(), _discriminator()
-    optG, optD = _adam(netG.parameters()), _adam(netD.parameters())
-    scalerD = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=2)
-    scalerG = scalerD if shared else torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=3)
+    if wrapped:
+        netG, netD = RoundPipe(netG), RoundPipe(netD)
+        optG, optD = _adam(netG.optim_parameters()), _adam(netD.optim_parameters())
+    else:
+        optG, optD = _adam(netG.parameters()), _adam(netD.parameters())
+    scalerD = make_scaler(init_scale=INIT_SCALE, growth_interval=2)
+    scalerG = scalerD if shared else make_scaler(init_scale=2.0**8, growth_interval=3)
+    scalers = list({id(s): s for s in (scalerD, scalerG)}.values())
+
+    def step(net, opt, scaler):
+        if not wrapped:
+            scaler.step(opt)
+            return
+        net.step(lambda: (scaler.step(opt), opt.zero_grad()), is_async=False)
+
     losses = []
     for (real, noise), fault in zip(_gan_batches(len(GAN_FAULTS)), GAN_FAULTS):
         netD.zero_grad()
@@ -266,51 +282,23 @@ def gan_torch(shared: bool):
             fake = netG(noise)
             errD = _bce(netD(real), 1.0) + _bce(netD(fake.detach()), 0.0)
         scalerD.scale(errD).backward()
-        scalerD.step(optD)
+        step(netD, optD, scalerD)
         netG.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             errG = _bce(netD(fake), 1.0)
         scalerG.scale(errG).backward()
         inject(netG, fault)
-        scalerG.step(optG)
-        for scaler in {id(s): s for s in (scalerD, scalerG)}.values():
-            scaler.update()
+        step(netG, optG, scalerG)
+        for scaler in scalers:
+            scaler.update(**({"is_async": False} if wrapped else {}))
         losses.append((errD.item(), errG.item(), scalerD.get_scale(), scalerG.get_scale()))
     return losses, [p.detach().clone() for net in (netG, netD) for p in net.parameters()]
 
 
-def gan_roundpipe(shared: bool):
-    """The same GAN with each network wrapped and stepped on its own."""
-    netG, netD = RoundPipe(_generator()), RoundPipe(_discriminator())
-    optG, optD = _adam(netG.optim_parameters()), _adam(netD.optim_parameters())
-    scalerD = GradScaler(init_scale=INIT_SCALE, growth_interval=2)
-    scalerG = scalerD if shared else GradScaler(init_scale=2.0**8, growth_interval=3)
-    losses = []
-    for (real, noise), fault in zip(_gan_batches(len(GAN_FAULTS)), GAN_FAULTS):
-        netD.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            fake = netG(noise)
-            errD = _bce(netD(real), 1.0) + _bce(netD(fake.detach()), 0.0)
-        scalerD.scale(errD).backward()
-        netD.step(lambda: (scalerD.step(optD), optD.zero_grad()), is_async=False)
-        netG.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            errG = _bce(netD(fake), 1.0)
-        scalerG.scale(errG).backward()
-        inject(netG.model, fault)
-        netG.step(lambda: (scalerG.step(optG), optG.zero_grad()), is_async=False)
-        for scaler in {id(s): s for s in (scalerD, scalerG)}.values():
-            scaler.update(is_async=False)
-        losses.append((errD.item(), errG.item(), scalerD.get_scale(), scalerG.get_scale()))
-    for net in (netG, netD):
-        net.synchronize()
-    return losses, [p.detach().clone() for net in (netG, netD) for p in net.model.parameters()]
-
-
 @pytest.mark.parametrize("shared", [True, False], ids=["one_scaler", "two_scalers"])
 def test_gan_with_two_wrapped_models_matches_torch_bitwise(shared):
-    ref_losses, ref_params = gan_torch(shared)
-    losses, params = gan_roundpipe(shared)
+    ref_losses, ref_params = gan_loop(shared, wrapped=False)
+    losses, params = gan_loop(shared, wrapped=True)
     assert losses == ref_losses
     fault = GAN_FAULTS.index("inf")
     assert ref_losses[fault][3] == ref_losses[fault - 1][3] / 2  # the overflow backed G's scale off

@@ -6,8 +6,9 @@ harness runs the original, then ``roundpipe-migrate --exact -o OUT PROJECT``, an
 tool to its promise of never being wrong and never silent:
 
 * if the tool changed any file, it must not have refused anything in the project (no
-  half-migrated program), and the migrated program must print exactly the original's
-  numbers; the default (asynchronous) migration must print as many steps;
+  half-migrated program, no file still on apex.amp), and the migrated program must print
+  exactly what the original printed; the default (asynchronous) migration must print as
+  many steps;
 * if it changed nothing, every file is byte-identical and at least one diagnostic names a
   file of the project (a refusal, or an informational note where nothing needs changing).
 
@@ -57,6 +58,7 @@ KNOWN_WRONG: Dict[str, str] = {
 
 FINAL_SCALE = re.compile(r"^final scale ", re.M)
 STEP_LINE = re.compile(r"^step \d+ ", re.M)
+APEX_AMP = re.compile(r"^\s*(from apex import amp|import apex\.amp|from apex\.amp import)", re.M)
 DIAGNOSTIC = re.compile(r"^(?P<path>.+?):\d+:\d+: (?P<code>RPM\d{3}) ", re.M)
 
 
@@ -143,6 +145,8 @@ def check_project(name: str, tmp_path: pathlib.Path) -> Migration:
         return exact
     assert not refusals, f"{name}: files {sorted(exact.changed)} changed while {refusals} refused"
     assert set(exact.changed) <= set(source)
+    still_apex = [rel for rel, text in exact.changed.items() if APEX_AMP.search(text.decode())]
+    assert not still_apex, f"{name}: migrated files still use apex.amp: {still_apex}"
     migrated = _copy_project({**source, **exact.changed}, tmp_path / "migrated")
     for argv, numbers in zip(variants, expected):
         assert _numbers(run_program(migrated, argv)) == numbers
