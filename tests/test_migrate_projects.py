@@ -189,10 +189,14 @@ def test_hand_migrated_target_prints_the_originals_numbers(name, tmp_path):
 
 
 # Targets in the autograd form that the tool does not yet recognise as already migrated.
+_NOT_FOLLOWED = (
+    "the tool reports RPM104 on scaler.scale(loss).backward() of RoundPipe's autograd form "
+    "because it cannot follow the roundpipe.GradScaler back to its creation ({}); the "
+    "project view of issues 9/10 should"
+)
 TARGETS_REPORTED: Dict[str, str] = {
-    name: "the tool reports RPM104 on RoundPipe's autograd form (scaler.scale(loss).backward() "
-    "with roundpipe.GradScaler): issue 10 must teach it that this form is already migrated"
-    for name in ("optional_amp_none", "work_between_forward_backward")
+    "optional_amp_none": _NOT_FOLLOWED.format("`roundpipe.GradScaler(...) if args.amp else None`"),
+    "work_between_forward_backward": _NOT_FOLLOWED.format("a parameter of run_step"),
 }
 
 
