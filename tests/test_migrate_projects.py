@@ -43,6 +43,7 @@ TARGETS = [name for name in PROJECTS if (PROJECTS_ROOT / name / TARGET / "main.p
 ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "optional_amp_none": [[], ["--no-amp"]],
     "loss_scaler_timm": [[], ["--no-amp"]],
+    "trainer_optional_amp": [[], ["--disable-amp"]],
     "two_path_amp": [[], ["--precision", "fp32"]],
     "autocast_ctx_microsteps": [[], ["--dtype", "float32"]],
 }
