@@ -13,7 +13,9 @@ tool to its promise of never being wrong and never silent:
   file of the project (a refusal, or an informational note where nothing needs changing).
 
 Projects with an ``expected_exact/`` folder also carry the hand-written RoundPipe program
-the engine should reach; that program must print the original's numbers too.
+the engine should reach; that program must print the original's output too, and the tool
+must leave it alone (idempotence). What the tool gets wrong today is listed below as strict
+expected failures, so that each fix shows up as an unexpected pass.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import io
 import pathlib
 import re
 import runpy
-import shutil
 import sys
 from typing import Dict, List, Sequence
 
@@ -54,7 +55,7 @@ FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared
 KNOWN_WRONG: Dict[str, str] = {
     "two_path_amp": "issue 9: the tool wraps the model and migrates the AMP branch, but the "
     "plain branch keeps loss.backward(); optimizer.step() on the wrapped model, whose grads "
-    "never reach the optimizer copies, so --precision fp32 trains differently",
+    "never reach the optimizer copies: with --precision fp32 the optimizer never sees a gradient",
 }
 
 FINAL_SCALE = re.compile(r"^final scale ", re.M)
