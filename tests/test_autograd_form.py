@@ -46,7 +46,12 @@ class Trace:
     losses: List[float] = dataclasses.field(default_factory=list)
     scales: List[float] = dataclasses.field(default_factory=list)
     norms: List[float] = dataclasses.field(default_factory=list)
+    stepped: List[int] = dataclasses.field(default_factory=list)  # iterations whose step ran
     params: List[torch.Tensor] = dataclasses.field(default_factory=list)
+
+    def count_steps(self, optimizer: torch.optim.Optimizer) -> None:
+        """Record the iteration of every optimizer step that really ran (not skipped)."""
+        optimizer.register_step_post_hook(lambda *_: self.stepped.append(len(self.scales)))
 
 
 def _autocast(setup: Setup):
@@ -72,6 +77,7 @@ def torch_loop(setup: Setup) -> Trace:
     opt = OPTIMIZERS[setup.optimizer](net.parameters())
     scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=2)
     trace = Trace()
+    trace.count_steps(opt)
     for fault, micro in _micro_steps(setup):
         for x, y in micro:
             with _autocast(setup):
@@ -97,6 +103,7 @@ def autograd_form(setup: Setup, is_async: bool = False, sync_update: bool = True
     opt = OPTIMIZERS[setup.optimizer](model.optim_parameters())
     scaler = GradScaler(init_scale=INIT_SCALE, growth_interval=2)
     trace = Trace()
+    trace.count_steps(opt)
 
     def step_fn():
         if setup.clip:
@@ -124,6 +131,7 @@ def _assert_same(ours: Trace, theirs: Trace) -> None:
     assert ours.losses == theirs.losses
     assert ours.scales == theirs.scales
     assert ours.norms == theirs.norms
+    assert ours.stepped == theirs.stepped
     assert len(ours.params) == len(theirs.params)
     assert all(torch.equal(a, b) for a, b in zip(ours.params, theirs.params))
 
@@ -169,9 +177,11 @@ def test_microbatches_only_regroup_the_forward():
 
 def test_async_steps_with_sync_update_run_every_step_with_torchs_scales():
     setup = Setup(optimizer="adamw", faults=(0, "inf", 0, 0, 0, 0))
-    ours = autograd_form(setup, is_async=True)
+    ours, theirs = autograd_form(setup, is_async=True), torch_loop(setup)
     assert len(ours.losses) == len(setup.faults)
-    assert ours.scales == torch_loop(setup).scales
+    # get_scale() after update(is_async=False) waits for the step, so the indices are exact.
+    assert ours.stepped == theirs.stepped == [0, 2, 3, 4, 5]  # the overflowed step is skipped
+    assert ours.scales == theirs.scales
 
 
 def test_async_steps_with_async_update_give_the_one_iteration_lag():
