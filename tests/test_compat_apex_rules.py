@@ -1,12 +1,11 @@
 """roundpipe.compat against an independent, plain-torch re-implementation of apex's amp rules.
 
-The reference below is written from shared/reference/apex_amp_behaviour.md (§1.2 the
-``update_scale`` rule, §1.4-§1.5 unscaling and the stash tables, §1.6 step patching, §2 the
-``scale_loss`` short cut, §4 state dicts), with apex's Python arithmetic: the loss is
-``loss.float() * S``; a new gradient is copied (widened) and multiplied by the Python float
-``1/S``; a gradient meeting a stashed one is ``stash.add_(new, alpha=1/S)``. It is a plain
-loop over a plain module (no RoundPipe, no roundpipe.compat code), so a difference in
-scales, skipped steps, losses, model weights or master weights shows up bit for bit.
+The reference is the apex script as written, run on tests/fake_apex: ``apex.amp`` written
+from shared/reference/apex_amp_behaviour.md (§1.2 the ``update_scale`` rule, §1.4-§1.5
+unscaling and the stash tables, §1.6 step patching, §2 the ``scale_loss`` short cut, §4
+state dicts) in plain torch with apex's Python arithmetic (no RoundPipe, no
+roundpipe.compat code), so a difference in scales, skipped steps, losses, model weights or
+master weights shows up bit for bit.
 
 The compat side is the migrated loop: one ``forward_backward`` per apex ``scale_loss``
 block, ``scaler.step`` inside ``model.step``, ``scaler.update()`` after it.
@@ -15,6 +14,8 @@ block, ``scaler.step`` inside ``model.step``, ``scaler.update()`` after it.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import pathlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -30,26 +31,17 @@ Fault = Tuple[int, int, int]  # (step, micro-batch, loss id) whose gradient gets
 
 
 # ----------------------------------------------------------------------- the reference
-class ReferenceLossScaler:
-    """apex's LossScaler.update_scale, §1.2 (bounds: floor only when halving, cap only when
-    growing, first dynamic scale min(max, 2**16))."""
+def _load_reference_amp():
+    """tests/fake_apex's ``apex.amp`` (apex's rules from the spec, plain torch), loaded under
+    a private name so that nothing mistakes it for an installed apex."""
+    path = pathlib.Path(__file__).parent / "fake_apex" / "apex" / "amp.py"
+    spec = importlib.util.spec_from_file_location("_reference_apex_amp", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, loss_scale, min_loss_scale=None, max_loss_scale=2.0**24, window=2000):
-        self.dynamic = loss_scale == "dynamic"
-        self.scale = min(max_loss_scale, 2.0**16) if self.dynamic else loss_scale
-        self.min, self.max, self.window = min_loss_scale, max_loss_scale, window
-        self.unskipped = 0
 
-    def update(self, overflow: bool) -> bool:
-        if overflow and self.dynamic:
-            self.scale = max(self.min, self.scale / 2.0) if self.min else self.scale / 2.0
-            self.unskipped = 0
-            return True
-        self.unskipped += 1
-        if self.dynamic and self.unskipped == self.window:
-            self.scale = min(self.max, self.scale * 2.0)
-            self.unskipped = 0
-        return False
+reference_amp = _load_reference_amp()
 
 
 @dataclass
@@ -65,18 +57,6 @@ class Config:
     loaded: Optional[Dict] = None  # an apex entry loaded (into every loss) before training
     min_loss_scale: Optional[float] = None
     max_loss_scale: float = 2.0**24
-
-    @property
-    def model_dtype(self) -> torch.dtype:
-        return torch.float32 if self.opt_level in ("O0", "O1") else torch.float16
-
-    @property
-    def master_weights(self) -> bool:
-        return self.overrides.get("master_weights", self.opt_level == "O2")
-
-    @property
-    def loss_scale(self):
-        return self.overrides.get("loss_scale", "dynamic" if self.opt_level in ("O1", "O2") else 1.0)
 
 
 @dataclass
@@ -127,75 +107,36 @@ def loss_of(output, target, config: Config, loss_id: int):
 
 
 def run_reference(config: Config) -> Trace:
-    """apex's rules in a plain loop (§1.5 stash tables, §1.6 skip, §2 short cut)."""
-    model = make_net().to(config.model_dtype)
-    params = list(model.parameters())
-    masters = ([p.detach().clone().float().requires_grad_() for p in params]
-               if config.master_weights else params)
-    optimizer = torch.optim.SGD(masters, lr=0.05, momentum=0.9)
-    scalers = [ReferenceLossScaler(config.loss_scale, config.min_loss_scale,
-                                   config.max_loss_scale, config.window)
-               for _ in range(config.num_losses)]
+    """The apex script, as written, on the reference amp."""
+    net = make_net()
+    model, optimizer = reference_amp.initialize(
+        net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+        opt_level=config.opt_level, num_losses=config.num_losses, verbosity=0,
+        min_loss_scale=config.min_loss_scale, max_loss_scale=config.max_loss_scale,
+        **config.overrides,
+    )
+    scalers = reference_amp._amp_state.loss_scalers
+    for scaler in scalers:
+        scaler._scale_seq_len = config.window
     if config.loaded is not None:
-        for scaler in scalers:
-            scaler.scale, scaler.unskipped = config.loaded["loss_scale"], config.loaded["unskipped"]
+        reference_amp.load_state_dict({f"loss_scaler{i}": dict(config.loaded) for i in range(config.num_losses)})
+    first = next(net.parameters())
     trace = Trace()
     for step, micro_batches in enumerate(make_batches(config)):
-        trace.scales.append([s.scale for s in scalers])
-        skip = False
-        loss_value = 0.0
+        trace.scales.append([s.loss_scale() for s in scalers])
         for micro, (x, y) in enumerate(micro_batches):
-            for loss_id, scaler in enumerate(scalers):
-                short_cut = not config.master_weights and not scaler.dynamic and scaler.scale == 1.0
-                if short_cut:  # §2 step 5: no prepare, no unscale, no update
-                    loss = loss_of(model(x.to(config.model_dtype)), y, config, loss_id)
-                    loss.float().backward()
-                    loss_value = loss.item()
-                    continue
-                stash = [p.grad for p in params]
-                for p in params:
-                    p.grad = None
-                with inf_gradient(params[0], (step, micro, loss_id) in config.faults):
-                    loss = loss_of(model(x.to(config.model_dtype)), y, config, loss_id)
-                    (loss.float() * scaler.scale).backward()
-                loss_value = loss.item()
-                new = [p.grad for p in params]
-                overflow = any(g is not None and not torch.isfinite(g).all() for g in new)
-                inverse = 1.0 / scaler.scale
-                with torch.no_grad():
-                    for k, (p, grad) in enumerate(zip(params, new)):
-                        if grad is None:
-                            continue
-                        if config.master_weights:  # fp16 grad -> fp32 master grad
-                            if masters[k].grad is None:
-                                masters[k].grad = grad.float()
-                                if inverse != 1.0:
-                                    masters[k].grad.mul_(inverse)
-                            else:
-                                masters[k].grad.add_(grad.float(), alpha=inverse)
-                            p.grad = None
-                        elif stash[k] is None:
-                            if inverse != 1.0:
-                                grad.mul_(inverse)
-                        else:
-                            stash[k].add_(grad, alpha=inverse)
-                            p.grad = stash[k]
-                skip = scaler.update(overflow) or skip
-        trace.skipped.append(skip)
-        if not skip:
-            optimizer.step()
-            if config.master_weights:
-                with torch.no_grad():
-                    for p, m in zip(params, masters):
-                        p.copy_(m)
+            for loss_id in range(config.num_losses):
+                with inf_gradient(first, (step, micro, loss_id) in config.faults):
+                    loss = loss_of(model(x), y, config, loss_id)
+                    with reference_amp.scale_loss(loss, optimizer, loss_id=loss_id) as scaled:
+                        scaled.backward()
+        trace.skipped.append(optimizer._amp_stash.already_patched)
+        optimizer.step()
         optimizer.zero_grad()
-        for p in params:
-            p.grad = None
-        trace.losses.append(loss_value)
-        trace.weights.append(torch.cat([p.detach().float().flatten() for p in params]))
-        trace.masters.append(torch.cat([m.detach().flatten() for m in masters]))
-    trace.state = {f"loss_scaler{i}": {"loss_scale": s.scale, "unskipped": s.unskipped}
-                   for i, s in enumerate(scalers)}
+        trace.losses.append(loss.item())
+        trace.weights.append(torch.cat([p.detach().float().flatten() for p in net.parameters()]))
+        trace.masters.append(torch.cat([m.detach().flatten() for m in reference_amp.master_params(optimizer)]))
+    trace.state = reference_amp.state_dict()
     return trace
 
 

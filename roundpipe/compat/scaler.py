@@ -20,7 +20,7 @@ from typing import Any, List, Mapping, MutableMapping, Optional, Union
 from .loss_scaler import AmpLossScaler, Number
 from .steps import OptimizerSteps
 
-__all__ = ["build_scalers", "install", "load_state_dict", "loss_scaler", "state_dict"]
+__all__ = ["apex_entries", "build_scalers", "install", "load_state_dict", "loss_scaler", "state_dict"]
 
 _shared: Optional[List[AmpLossScaler]] = None
 
@@ -89,35 +89,57 @@ def state_dict(destination: Optional[MutableMapping[str, Any]] = None) -> Mutabl
 
 def load_state_dict(state_dict: Mapping[str, Any]) -> None:
     """Load apex's format (or a GradScaler state dict, which has a ``"scale"`` key, into
-    loss 0) into the loss scalers.
-
-    apex's format is read as apex reads it: in key order, the n-th key containing
-    ``"loss_scaler"`` belongs to loss n whatever its suffix; a count that differs from
-    ``num_losses`` warns; entries beyond ``num_losses`` are skipped with a warning (and end
-    the reading); keys without ``"loss_scaler"`` raise ``RuntimeError`` after the valid
-    entries were applied. Every configuration takes the loaded scale and counter (static,
-    O0 and O3 included), as apex does. ``RuntimeError`` before ``initialize``.
+    loss 0) into the loss scalers, read by :func:`apex_entries`. Every configuration takes
+    the loaded scale and counter (static, O0 and O3 included), as apex does; the entries
+    before an unexpected key are applied before its ``RuntimeError``. ``RuntimeError``
+    before ``initialize``.
     """
     scalers = _require("load_state_dict")
     if "scale" in state_dict:
         scalers[0].load_state_dict(dict(state_dict))
         return
-    if len(state_dict) != len(scalers):
+    try:
+        entries = apex_entries(state_dict, len(scalers))
+    except _UnexpectedKeys as error:
+        entries, failure = error.entries, error
+    else:
+        failure = None
+    for scaler, entry in zip(scalers, entries):
+        scaler.load_state_dict(entry)
+    if failure is not None:
+        raise RuntimeError(str(failure))
+
+
+class _UnexpectedKeys(RuntimeError):
+    def __init__(self, message: str, entries: List[Mapping[str, Any]]) -> None:
+        super().__init__(message)
+        self.entries = entries
+
+
+def apex_entries(state_dict: Mapping[str, Any], num_losses: int) -> List[Mapping[str, Any]]:
+    """The entries of apex's ``amp.state_dict()`` format, read as apex reads them: in key
+    order, the n-th key containing ``"loss_scaler"`` belongs to loss n whatever its suffix;
+    a count that differs from ``num_losses`` warns; entries beyond ``num_losses`` are
+    skipped with a warning (and end the reading); keys without ``"loss_scaler"`` raise a
+    ``RuntimeError`` (its ``entries`` attribute holds the entries read)."""
+    if len(state_dict) != num_losses:
         warnings.warn(
-            f"the amp state dict has {len(state_dict)} entries, while {len(scalers)} "
+            f"the amp state dict has {len(state_dict)} entries, while {num_losses} "
             "loss scalers are used"
         )
     unexpected = []
-    index = 0
+    entries: List[Mapping[str, Any]] = []
     for key, entry in state_dict.items():
         if "loss_scaler" not in key:
             unexpected.append(key)
             continue
-        if index >= len(scalers):
-            warnings.warn(f"skipping loss_scaler[{index}], since num_losses is {len(scalers)}")
+        if len(entries) >= num_losses:
+            warnings.warn(f"skipping loss_scaler[{len(entries)}], since num_losses is {num_losses}")
             break
-        scalers[index].load_state_dict(entry)
-        index += 1
+        entries.append(entry)
     if unexpected:
         names = ", ".join(f'"{key}"' for key in unexpected)
-        raise RuntimeError(f"Error(s) in loading the amp state dict. Unexpected key(s): {names}.")
+        raise _UnexpectedKeys(
+            f"Error(s) in loading the amp state dict. Unexpected key(s): {names}.", entries
+        )
+    return entries
