@@ -84,3 +84,48 @@ def test_exact_migration_of_an_o2_accumulation_script_prints_apexs_numbers(
     import roundpipe.compat
 
     assert roundpipe.compat.loss_scaler().get_scale() == apex_scale
+
+
+LOSS_ID_SCRIPT = '''
+import torch
+from apex import amp
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O2", num_losses=2, verbosity=0)
+    generator = torch.Generator().manual_seed(2)
+    for step in range(6):
+        x = torch.randn(8, 4, generator=generator)
+        optimizer.zero_grad()
+        out = model(x)
+        loss = out.pow(2).mean() * (1e7 if step == 2 else 1.0)
+        with amp.scale_loss(loss, optimizer, loss_id=1) as scaled:
+            scaled.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.10f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_loss_id_k_migrates_to_loss_ks_scaler_without_a_shared_scaler_note(tmp_path, monkeypatch):
+    result = migrate_source(LOSS_ID_SCRIPT, "script.py", exact=True)
+    assert "roundpipe.compat.loss_scaler(1).scale(loss)" in result.migrated
+    assert not [d for d in result.diagnostics if d.code == "RPM302"]
+    monkeypatch.syspath_prepend(str(FAKE_APEX))
+    monkeypatch.delitem(sys.modules, "apex", raising=False)
+    monkeypatch.delitem(sys.modules, "apex.amp", raising=False)
+    original = _printed(LOSS_ID_SCRIPT, tmp_path / "original.py")
+    from apex import amp
+
+    scales = [s.loss_scale() for s in amp._amp_state.loss_scalers]
+    assert scales[0] == 2.0**16 and scales[1] < 2.0**16  # only loss 1 overflowed
+    assert _printed(result.migrated, tmp_path / "migrated.py") == original
+    import roundpipe.compat
+
+    assert [roundpipe.compat.loss_scaler(k).get_scale() for k in (0, 1)] == scales
