@@ -834,3 +834,24 @@ def test_checkpoint_of_a_migrated_loop_resumes(tmp_path):
     masters = zip(model.optim_parameters(), model2.optim_parameters())
     assert all(torch.equal(a.half().float(), b) for a, b in masters)  # rebuilt from fp16 weights
     train(model2, opt2, make_data(2))
+
+
+# ------------------------------------------------- roundpipe.GradScaler is torch's kind
+def test_roundpipe_gradscaler_is_a_torch_gradscaler_without_its_state():
+    scaler = GradScaler(init_scale=8.0)
+    assert issubclass(GradScaler, torch.amp.GradScaler) and isinstance(scaler, torch.amp.GradScaler)
+    torch_names = {k for k in vars(torch.amp.GradScaler) if not k.startswith("__")} | {
+        "__init__", "__getstate__", "__setstate__"}
+    assert all(name in vars(GradScaler) for name in torch_names)  # every method is ours
+    assert "_per_optimizer_states" not in vars(scaler)  # torch's __init__ never ran
+
+    param = nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    (scaler.scale(param.sum()) * 0 + param.sum() * float("inf")).backward()
+    scaler.step(optimizer)  # the inf gradient skips the step, through our code
+    scaler.update()
+    assert torch.equal(param.detach(), torch.ones(2)) and scaler.get_scale() == 4.0
+    state = {"stage": None, "found_inf_per_device": {torch.device("cpu"): torch.zeros(())}}
+    param.grad = torch.ones(2)
+    scaler._maybe_opt_step(optimizer, state)
+    assert torch.equal(param.detach(), torch.zeros(2))
