@@ -855,3 +855,33 @@ def test_roundpipe_gradscaler_is_a_torch_gradscaler_without_its_state():
     param.grad = torch.ones(2)
     scaler._maybe_opt_step(optimizer, state)
     assert torch.equal(param.detach(), torch.zeros(2))
+
+
+# ------------------------------------------- differences from apex that are kept (docs)
+def test_kept_difference_bf16_under_o2_trains_with_float32_masters():
+    net = make_net(batchnorm=False)
+    model, opt = initialize(net, sgd(net.parameters(), lr=0.05), opt_level="O2",
+                            cast_model_type=torch.bfloat16)
+    assert {p.dtype for p in net.parameters()} == {torch.bfloat16}
+    assert {c.dtype for c in model.optim_parameters()} == {torch.float32}
+    losses = train(model, opt, make_data(20))
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_kept_difference_argument_shapes_are_checked_before_the_opt_level():
+    with pytest.raises(TypeError, match="models must be"):
+        initialize((make_net(),), opt_level="O9")  # apex: the opt level's RuntimeError
+
+
+def test_kept_difference_an_o2_resume_restores_the_optimizer_state_exactly():
+    net = make_net(batchnorm=False)
+    model, opt = initialize(net, sgd(net.parameters()), opt_level="O2")
+    train(model, opt, make_data(3))
+    saved = opt.state_dict()
+    momentum = [s["momentum_buffer"].clone() for s in opt.state.values()]
+    net2 = make_net(seed=3, batchnorm=False)
+    model2, opt2 = initialize(net2, sgd(net2.parameters()), opt_level="O2")
+    opt2.load_state_dict(saved)
+    restored = [s["momentum_buffer"] for s in opt2.state.values()]
+    assert all(r.dtype == torch.float32 and torch.equal(r, m) for r, m in zip(restored, momentum))
+    assert any(not torch.equal(m, m.half().float()) for m in momentum)  # apex would round these
