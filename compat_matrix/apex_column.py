@@ -30,7 +30,7 @@ from .runners import Trace, _optimizer_tensors, _snapshot
 from .scenarios import Scenario, loss_of, make_batches, make_model, make_optimizers
 
 __all__ = ["APEX_BOUND", "APEX_REASON", "APEX_SCENARIOS", "APEX_SETTINGS", "ApexSettings",
-           "apex_skip_reason", "opt_level_for", "run_apex", "run_compat"]
+           "apex_skip_reason", "fault_during_backward", "opt_level_for", "run_apex", "run_compat"]
 
 APEX_BOUND = 5e-2
 APEX_REASON = "apex O1/O2 patches torch functions where roundpipe.compat uses torch.autocast"
@@ -109,9 +109,9 @@ def _faults(scenario: Scenario) -> Dict[Tuple[int, int, int], str]:
 
 
 @contextlib.contextmanager
-def _fault_during_backward(param: torch.Tensor, fault: Optional[str]) -> Iterator[None]:
-    """While active, backward writes ``fault`` ("inf"/"nan") into ``param``'s first gradient
-    element, inside the block (where apex checks)."""
+def fault_during_backward(param: torch.Tensor, fault: Optional[str]) -> Iterator[None]:
+    """While active, backward writes ``fault`` ("inf"/"nan"; falsy: nothing) into the first
+    element of ``param``'s gradient, inside the ``scale_loss`` block (where apex checks)."""
     if not fault:
         yield
         return
@@ -187,7 +187,7 @@ def run_apex(scenario: Scenario, device: str) -> Trace:
         for micro in range(scenario.accumulate):
             x, y = batches[step * scenario.accumulate + micro]
             for loss_id in range(settings.num_losses):
-                with _fault_during_backward(first, faults.get((step, micro, loss_id))):
+                with fault_during_backward(first, faults.get((step, micro, loss_id))):
                     loss = _block_loss(scenario, model(x), y, step, loss_id)
                     with amp.scale_loss(loss, optimizers, loss_id=loss_id) as scaled:
                         scaled.backward()
@@ -234,7 +234,7 @@ def run_compat(scenario: Scenario, device: str) -> Trace:
                 def loss_fn(out, label, s=scaler, k=loss_id):
                     return s.scale(_block_loss(scenario, out, label, step, k))
 
-                with _fault_during_backward(first, faults.get((step, micro, loss_id))):
+                with fault_during_backward(first, faults.get((step, micro, loss_id))):
                     loss = model.forward_backward((x,), label=y, loss_fn=loss_fn) / scaler.get_scale()
         skipped: List[bool] = []
 

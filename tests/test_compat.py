@@ -11,7 +11,6 @@ dynamic loss-scale rule is checked against a pure-Python re-implementation of ap
 from __future__ import annotations
 
 import collections
-import contextlib
 from collections import OrderedDict
 from typing import List
 
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import roundpipe.compat as amp
+from compat_matrix.apex_column import fault_during_backward
 from roundpipe import GradScaler, RoundPipe, RoundPipeRunConfig
 from roundpipe.compat import scaler as scaler_module
 from roundpipe.compat.casting import cast_floating
@@ -88,33 +88,12 @@ def scaled_cross_entropy(scaler):
     return lambda out, label: scaler.scale(F.cross_entropy(out, label))
 
 
-@contextlib.contextmanager
-def inf_in_first_gradient(model, when: bool = True):
-    """While active (and ``when``), backward writes inf into the first element of the first
-    model parameter's gradient, before the block's exit sees it (apex's fault injection
-    inside the ``scale_loss`` block)."""
-    if not when:
-        yield
-        return
-    first = next(p for p in model.model.parameters() if p.requires_grad)
-
-    def poison(grad):
-        grad = grad.clone()
-        grad.view(-1)[0] = float("inf")
-        return grad
-
-    handle = first.register_hook(poison)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def step_and_report_skip(model, optimizer, x, y, overflow: bool) -> bool:
     """One synchronous iteration; inf reaches a gradient of the block when ``overflow``.
     Returns whether the optimizer step was skipped (the first master did not move)."""
     scaler = amp.loss_scaler()
-    with inf_in_first_gradient(model, overflow):
+    first = next(p for p in model.model.parameters() if p.requires_grad)
+    with fault_during_backward(first, "inf" if overflow else None):
         model.forward_backward(input_args=(x,), label=y, loss_fn=scaled_cross_entropy(scaler))
     skipped = []
 

@@ -13,7 +13,6 @@ block, ``scaler.step`` inside ``model.step``, ``scaler.update()`` after it.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import pathlib
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import roundpipe.compat as amp
+from compat_matrix.apex_column import fault_during_backward
 
 STEPS = 8
 Fault = Tuple[int, int, int]  # (step, micro-batch, loss id) whose gradient gets an inf
@@ -83,53 +83,54 @@ def make_batches(config: Config):
     ]
 
 
-@contextlib.contextmanager
-def inf_gradient(param: nn.Parameter, active: bool):
-    """During backward, an inf in the first element of ``param``'s gradient."""
-    if not active:
-        yield
-        return
-
-    def poison(grad):
-        grad = grad.clone()
-        grad.view(-1)[0] = float("inf")
-        return grad
-
-    handle = param.register_hook(poison)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def loss_of(output, target, config: Config, loss_id: int):
     return F.mse_loss(output.float(), target) * (1.0 + loss_id) / config.accumulate
 
 
-def run_reference(config: Config) -> Trace:
-    """The apex script, as written, on the reference amp."""
+def blocks(config: Config, step: int, micro_batches):
+    """``(loss id, x, y, fault)`` for every ``scale_loss`` block of one step, in order."""
+    for micro, (x, y) in enumerate(micro_batches):
+        for loss_id in range(config.num_losses):
+            yield loss_id, x, y, "inf" if (step, micro, loss_id) in config.faults else None
+
+
+def loaded_state(config: Config) -> Dict:
+    """An apex state dict holding ``config.loaded`` for every loss."""
+    return {f"loss_scaler{i}": dict(config.loaded) for i in range(config.num_losses)}
+
+
+def initialize(amp_module, config: Config, scalers_of):
+    """``amp_module.initialize`` (the reference's or roundpipe.compat's) for ``config``, then
+    the window set and the state loaded as apex scripts do (``_scale_seq_len``,
+    ``load_state_dict``). Returns the module, the model, the optimizer and ``scalers_of()``."""
     net = make_net()
-    model, optimizer = reference_amp.initialize(
+    model, optimizer = amp_module.initialize(
         net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
         opt_level=config.opt_level, num_losses=config.num_losses, verbosity=0,
         min_loss_scale=config.min_loss_scale, max_loss_scale=config.max_loss_scale,
         **config.overrides,
     )
-    scalers = reference_amp._amp_state.loss_scalers
+    scalers = scalers_of()
     for scaler in scalers:
         scaler._scale_seq_len = config.window
     if config.loaded is not None:
-        reference_amp.load_state_dict({f"loss_scaler{i}": dict(config.loaded) for i in range(config.num_losses)})
+        amp_module.load_state_dict(loaded_state(config))
+    return net, model, optimizer, scalers
+
+
+def run_reference(config: Config) -> Trace:
+    """The apex script, as written, on the reference amp."""
+    net, model, optimizer, scalers = initialize(reference_amp, config,
+                                                lambda: reference_amp._amp_state.loss_scalers)
     first = next(net.parameters())
     trace = Trace()
     for step, micro_batches in enumerate(make_batches(config)):
         trace.scales.append([s.loss_scale() for s in scalers])
-        for micro, (x, y) in enumerate(micro_batches):
-            for loss_id in range(config.num_losses):
-                with inf_gradient(first, (step, micro, loss_id) in config.faults):
-                    loss = loss_of(model(x), y, config, loss_id)
-                    with reference_amp.scale_loss(loss, optimizer, loss_id=loss_id) as scaled:
-                        scaled.backward()
+        for loss_id, x, y, fault in blocks(config, step, micro_batches):
+            with fault_during_backward(first, fault):
+                loss = loss_of(model(x), y, config, loss_id)
+                with reference_amp.scale_loss(loss, optimizer, loss_id=loss_id) as scaled:
+                    scaled.backward()
         trace.skipped.append(optimizer._amp_stash.already_patched)
         optimizer.step()
         optimizer.zero_grad()
@@ -143,30 +144,21 @@ def run_reference(config: Config) -> Trace:
 # --------------------------------------------------------------------- roundpipe.compat
 def run_compat(config: Config, is_async: bool = False) -> Trace:
     """The migrated loop on roundpipe.compat."""
-    net = make_net()
-    model, optimizer = amp.initialize(
-        net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
-        opt_level=config.opt_level, num_losses=config.num_losses, verbosity=0,
-        min_loss_scale=config.min_loss_scale, max_loss_scale=config.max_loss_scale,
-        **config.overrides,
-    )
-    scalers = [amp.loss_scaler(i) for i in range(config.num_losses)]
-    for scaler in scalers:
-        scaler.set_growth_interval(config.window)
-    if config.loaded is not None:
-        amp.load_state_dict({f"loss_scaler{i}": dict(config.loaded) for i in range(config.num_losses)})
+    net, model, optimizer, scalers = initialize(
+        amp, config, lambda: [amp.loss_scaler(i) for i in range(config.num_losses)])
     first = next(net.parameters())
     trace = Trace()
     for step, micro_batches in enumerate(make_batches(config)):
         trace.scales.append([s.get_scale() for s in scalers])
-        for micro, (x, y) in enumerate(micro_batches):
-            for loss_id, scaler in enumerate(scalers):
-                def loss_fn(out, target, s=scaler, k=loss_id):
-                    return s.scale(loss_of(out, target, config, k))
+        for loss_id, x, y, fault in blocks(config, step, micro_batches):
+            scaler = scalers[loss_id]
 
-                with inf_gradient(first, (step, micro, loss_id) in config.faults):
-                    loss = model.forward_backward(input_args=(x,), label=y, loss_fn=loss_fn)
-                loss = loss / scaler.get_scale()
+            def loss_fn(out, target, s=scaler, k=loss_id):
+                return s.scale(loss_of(out, target, config, k))
+
+            with fault_during_backward(first, fault):
+                loss = model.forward_backward(input_args=(x,), label=y, loss_fn=loss_fn)
+            loss = loss / scaler.get_scale()
         moved = []
 
         def step_fn():
@@ -333,7 +325,7 @@ def test_static_scale_skips_a_non_finite_step_unless_told_to_apply_it_as_apex():
     scaler = amp.loss_scaler()
     scaler.skip_static_overflow = False  # apex: a static scale never checks
     x, y = make_batches(config)[0][0]
-    with inf_gradient(net[0].weight, True):
+    with fault_during_backward(net[0].weight, "inf"):
         model.forward_backward(input_args=(x,), label=y, loss_fn=lambda o, t: scaler.scale(F.mse_loss(o, t)))
     model.step(lambda: scaler.step(optimizer), is_async=False)
     scaler.update()

@@ -97,14 +97,14 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = amp.initialize(model, optimizer, opt_level="O2", num_losses=2, verbosity=0)
     generator = torch.Generator().manual_seed(2)
-    for step in range(6):
-        x = torch.randn(8, 4, generator=generator)
-        optimizer.zero_grad()
-        out = model(x)
-        loss = out.pow(2).mean() * (1e7 if step == 2 else 1.0)
+    inputs = [torch.randn(8, 4, generator=generator) for _ in range(6)]
+    inputs[2] = inputs[2] * 3e3  # its fp16 gradients overflow; the loss stays finite
+    for step, x in enumerate(inputs):
+        loss = model(x).pow(2).mean()
         with amp.scale_loss(loss, optimizer, loss_id=1) as scaled:
             scaled.backward()
         optimizer.step()
+        optimizer.zero_grad()
         print(f"step {step} loss {loss.item():.10f}")
 
 
