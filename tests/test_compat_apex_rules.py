@@ -330,3 +330,17 @@ def test_static_scale_skips_a_non_finite_step_unless_told_to_apply_it_as_apex():
     model.step(lambda: scaler.step(optimizer), is_async=False)
     scaler.update()
     assert not torch.isfinite(net[0].weight).all()  # the inf went into the weights
+
+
+def test_a_closure_is_refused_where_apex_refuses_it():
+    net = make_net()
+    model, optimizer = amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O2",
+                                      verbosity=0)
+    with pytest.raises(RuntimeError, match="closure"):
+        amp.loss_scaler().step(optimizer, lambda: None)  # master weights: apex's patched step
+    net = make_net()
+    model, optimizer = amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O1",
+                                      patch_torch_functions=False, verbosity=0)
+    calls = []
+    amp.loss_scaler().step(optimizer, lambda: calls.append(1))  # O1: passed on to the optimizer
+    assert calls == [1]

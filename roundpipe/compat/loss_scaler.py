@@ -165,11 +165,13 @@ class AmpLossScaler:
         """``optimizer.step(*args, **kwargs)`` unless a block since the last step overflowed
         (then nothing; apex's patched step). With master weights the masters' gradients are
         dropped afterwards, as apex does. Inline on the optimizer thread; from the main
-        thread queued there and waited for (returns None). ``RuntimeError`` for a closure,
-        as apex. Disabled: ``optimizer.step(*args, **kwargs)``."""
+        thread queued there and waited for (returns None). A closure is a ``RuntimeError``
+        where apex refuses it (master weights, or a step to skip) and is passed on otherwise.
+        Disabled: ``optimizer.step(*args, **kwargs)``."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
-        if args or "closure" in kwargs:
+        has_closure = bool(args) or kwargs.get("closure") is not None
+        if has_closure and (self._master_weights or self._steps.will_skip(optimizer)):
             raise RuntimeError("Currently, Amp does not support closure use with optimizers.")
         if optim_stream.on_optim_stream():
             return self._steps.step(optimizer, args, kwargs)
