@@ -864,3 +864,21 @@ def test_kept_difference_an_o2_resume_restores_the_optimizer_state_exactly():
     restored = [s["momentum_buffer"] for s in opt2.state.values()]
     assert all(r.dtype == torch.float32 and torch.equal(r, m) for r, m in zip(restored, momentum))
     assert any(not torch.equal(m, m.half().float()) for m in momentum)  # apex would round these
+
+
+def test_kept_difference_o2_static_one_accumulates_the_float32_parameters_grads():
+    """apex's O2 with loss_scale=1.0 keeps only the last block's grads of float32 (BatchNorm)
+    parameters (commit 20d00ab1); compat accumulates them like every other gradient."""
+    def batchnorm_grad(blocks: int) -> torch.Tensor:
+        net = make_net()
+        model, opt = initialize(net, sgd(net.parameters()), opt_level="O2", loss_scale=1.0)
+        x, y = make_data()[0]
+        for _ in range(blocks):
+            model.forward_backward(input_args=(x,), label=y,
+                                   loss_fn=scaled_cross_entropy(amp.loss_scaler()))
+        copy = dict(zip(net.parameters(), model.optim_parameters()))[net[1].weight]
+        assert copy.dtype == net[1].weight.dtype == torch.float32
+        return copy.grad.clone()
+
+    once = batchnorm_grad(1)
+    assert torch.equal(batchnorm_grad(2), 2 * once) and once.abs().sum() > 0
