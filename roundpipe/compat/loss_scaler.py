@@ -63,6 +63,12 @@ class AmpLossScaler:
         master_weights: apex's property (it decides the short cut).
         enabled: False (``initialize(enabled=False)``): everything passes through.
 
+    Attributes keep apex's names, so code written against ``_amp_state.loss_scalers[k]``
+    ports by hand: ``loss_scale()``, ``dynamic``, ``_loss_scale``, ``_unskipped``,
+    ``_scale_seq_len`` (the window), ``_min_loss_scale``, ``_max_loss_scale``.
+    ``skip_static_overflow`` (default True) makes a static scale skip steps whose
+    gradients are not finite; False applies them, as apex does.
+
     Raises ``ValueError`` for bounds apex would accept but that make no sense
     (``max_loss_scale <= 0``, a floor above the cap).
     """

@@ -26,6 +26,7 @@ policy, and its state dict keys are the usual ones.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
@@ -122,6 +123,8 @@ class AmpRoundPipe(RoundPipe):
             self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
             block.scaler.end_block(list(self.copy_map().items()))
         return result
+
+    forward_backward.__signature__ = inspect.signature(RoundPipe.forward_backward)  # type: ignore[attr-defined]
 
     def _call_model(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
         """One microbatch through the module, with the policy's casting and autocast."""
