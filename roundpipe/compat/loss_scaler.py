@@ -127,7 +127,8 @@ class AmpLossScaler:
     def scale(self, outputs: Any) -> Any:
         """``outputs.float() * S`` for a tensor, or a list/tuple of them (apex's scaled
         loss; an fp64 loss becomes fp32, as in apex). Inside an AmpRoundPipe
-        ``forward_backward`` this makes the call an apex ``scale_loss`` block of this loss.
+        ``forward_backward`` this makes the call an apex ``scale_loss`` block of this loss;
+        outside one nothing unscales the resulting gradients (call it in ``loss_fn``).
         ``loss.float()`` under apex's short cut; ``outputs`` unchanged when disabled."""
         if not self._enabled:
             return outputs
