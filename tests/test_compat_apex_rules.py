@@ -57,6 +57,7 @@ class Config:
     loaded: Optional[Dict] = None  # an apex entry loaded (into every loss) before training
     min_loss_scale: Optional[float] = None
     max_loss_scale: float = 2.0**24
+    batchnorm: bool = False  # O2 keeps its parameters fp32: apex's fp32-from-fp32 path
 
 
 @dataclass
@@ -69,9 +70,10 @@ class Trace:
     state: Dict = field(default_factory=dict)
 
 
-def make_net() -> nn.Module:
+def make_net(batchnorm: bool = False) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 2))
+    middle = [nn.BatchNorm1d(12)] if batchnorm else []
+    return nn.Sequential(nn.Linear(6, 12), *middle, nn.Tanh(), nn.Linear(12, 2))
 
 
 def make_batches(config: Config):
@@ -103,7 +105,7 @@ def initialize(amp_module, config: Config, scalers_of):
     """``amp_module.initialize`` (the reference's or roundpipe.compat's) for ``config``, then
     the window set and the state loaded as apex scripts do (``_scale_seq_len``,
     ``load_state_dict``). Returns the module, the model, the optimizer and ``scalers_of()``."""
-    net = make_net()
+    net = make_net(config.batchnorm)
     model, optimizer = amp_module.initialize(
         net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
         opt_level=config.opt_level, num_losses=config.num_losses, verbosity=0,
@@ -208,6 +210,12 @@ def test_accumulation_follows_apexs_per_block_unscale(level, overrides, accumula
     reference = run_reference(config)
     assert reference.skipped[2] and reference.skipped[5]
     assert_same(reference, run_compat(config))
+
+
+@pytest.mark.parametrize("overflow_micro", [0, 1])
+def test_o2_accumulation_with_float32_batchnorm_parameters(overflow_micro):
+    config = Config("O2", accumulate=2, batchnorm=True, faults=[(3, overflow_micro, 0)])
+    assert_same(run_reference(config), run_compat(config))
 
 
 def test_a_growth_inside_the_accumulation_window_changes_the_next_blocks_scale():
