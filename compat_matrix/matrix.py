@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
-from .apex_column import APEX_BOUND, APEX_REASON, apex_skip_reason, opt_level_for, run_apex, run_compat
+from .apex_column import (APEX_BOUND, APEX_REASON, APEX_SCENARIOS, apex_skip_reason, opt_level_for, run_apex,
+                          run_compat)
 from .compare import Verdict, compare_traces
 from .runners import RUNNERS, Trace, apex_unavailable_reason
 from .scenarios import SCENARIOS, Scenario
@@ -185,8 +186,9 @@ def run_matrix(device: str = "cpu", quick: bool = False, scenarios: Optional[Lis
                steps: Optional[int] = None) -> List[Dict[str, Any]]:
     """All rows for ``device`` (``cpu``, ``cuda`` or ``all``)."""
     chosen = [s for s in SCENARIOS if not scenarios or s.name in scenarios]
+    apex_only = [s for s in APEX_SCENARIOS if not scenarios or s.name in scenarios]
     if scenarios:
-        unknown = set(scenarios) - {s.name for s in SCENARIOS}
+        unknown = set(scenarios) - {s.name for s in SCENARIOS + APEX_SCENARIOS}
         if unknown:
             raise ValueError(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     steps = steps if steps is not None else (QUICK_STEPS if quick else None)
@@ -200,6 +202,7 @@ def run_matrix(device: str = "cpu", quick: bool = False, scenarios: Optional[Lis
                             for ref, sub, _ in PAIRS)
                 continue
             rows.extend(_scenario_rows(scenario, dev))
+        rows.extend(_apex_row(_with_steps(scenario, steps), dev) for scenario in apex_only)
     if not scenarios:
         names = QUICK_EXAMPLES if quick else sorted(p.name for p in (ROOT / "examples").glob("a*_*.py")
                                                      if p.name.startswith(("amp_", "apex_")))

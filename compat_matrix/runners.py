@@ -74,16 +74,14 @@ def _resumed(scenario: Scenario, scaler, make: Callable[[], Any], roundpipe_side
         fresh.load_state_dict(scaler.state_dict())
         return fresh
     apex_state = _to_apex(scaler.state_dict())
-    if roundpipe_side:  # through roundpipe.compat, as a migrated apex script does
-        from roundpipe.compat import load_state_dict
-        from roundpipe.compat.scaler import install
+    if roundpipe_side:  # read by roundpipe.compat's apex-format reader, as a migrated script does
+        from roundpipe.compat.scaler import apex_entries
 
-        install(fresh, num_losses=1)
-        load_state_dict(apex_state)
+        entry = apex_entries(apex_state, num_losses=1)[0]
     else:  # the torch reference reads the apex entry by hand
         entry = apex_state["loss_scaler0"]
-        fresh.load_state_dict({"scale": entry["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5,
-                               "growth_interval": scenario.growth_interval, "_growth_tracker": entry["unskipped"]})
+    fresh.load_state_dict({"scale": entry["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5,
+                           "growth_interval": scenario.growth_interval, "_growth_tracker": entry["unskipped"]})
     fresh.set_growth_interval(scenario.growth_interval)
     return fresh
 

@@ -8,7 +8,8 @@ keep working:
   (same arguments, same return shapes; the models come back as RoundPipe models and the
   optimizers hold RoundPipe's optimizer copies);
 * ``with amp.scale_loss(loss, opt) as s: s.backward()`` + ``opt.step()`` -> the RoundPipe
-  form with the shared scaler ``roundpipe.compat.loss_scaler()``;
+  form with the loss's scaler ``roundpipe.compat.loss_scaler(loss_id)`` (bound once as
+  ``amp_scaler`` for loss 0);
 * ``amp.master_params``, ``amp.state_dict``, ``amp.load_state_dict`` -> their
   ``roundpipe.compat`` twins; apex imports are removed once nothing uses them.
 
@@ -48,8 +49,8 @@ class ApexStepBuilder(StepBuilder):
     """A training step around ``with amp.scale_loss(loss, optimizer) as s: s.backward()``."""
 
     def __init__(self, rules: "ApexRules", statement: cst.With, loss: cst.BaseExpression,
-                 optimizer: str) -> None:
-        super().__init__(rules, _SCALER, statement, loss)  # type: ignore[arg-type]
+                 optimizer: str, scaler: str = _SCALER) -> None:
+        super().__init__(rules, scaler, statement, loss)  # type: ignore[arg-type]
         self.optimizer = optimizer
         self.anchor = optimizer
 
@@ -87,13 +88,13 @@ class ApexStepBuilder(StepBuilder):
             if kind == "step":
                 call = only_expression(statement)
                 self.rules.plan.edits.replace_expression(
-                    call, lambda _: cst.parse_expression(f"{_SCALER}.step({optimizer})"))
+                    call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})"))
 
     def _step_body(self, updated, kinds, optimizer: str):
         inside = list(updated)
         if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
             first = kinds.index("clip")
-            unscale = cst.parse_statement(f"{_SCALER}.unscale_({optimizer})\n")
+            unscale = cst.parse_statement(f"{self.scaler}.unscale_({optimizer})\n")
             inside.insert(first, unscale.with_changes(leading_lines=inside[first].leading_lines))
             inside[first + 1] = inside[first + 1].with_changes(leading_lines=())
         return inside, self._update_statement(None)
@@ -176,11 +177,6 @@ class ApexRules(TorchAmpRules):
                 and small.value is call and len(small.targets) == 1):
             raise Blocked(node, "RPM201", "amp.initialize(...) is not assigned back to the "
                           "model/optimizer variables; migrate by hand")
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value == "num_losses":
-                self.notes.append((arg, "num_losses: all losses share one roundpipe scaler (apex "
-                                   "kept one per loss); the scale after an overflow in one loss "
-                                   "now also applies to the others"))
         self._rename(node, _COMPAT["apex.amp.initialize"])
         target = small.targets[0].target
         first = target.elements[0].value if isinstance(target, (cst.Tuple, cst.List)) else target
@@ -323,16 +319,17 @@ class ApexRules(TorchAmpRules):
             raise Blocked(statement, "RPM106", "the amp.scale_loss block must hold only "
                           f"`{scaled}.backward()`")
         positional = [a for a in call.args if a.keyword is None]
+        scaler = _SCALER
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword in ("delay_unscale", "delay_overflow_check", "model"):
                 raise Blocked(arg, "RPM201", f"amp.scale_loss({keyword}=...) has no RoundPipe "
                               "equivalent; left for migration by hand")
-            if keyword == "loss_id":
-                self.notes.append((arg, "loss_id: ignored, every loss uses the shared roundpipe scaler"))
+            if keyword == "loss_id" and code(arg.value) != "0":  # loss k's own scaler, as apex
+                scaler = f"roundpipe.compat.loss_scaler({code(arg.value)})"
         if len(positional) != 2 or not isinstance(positional[1].value, cst.Name):
             raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
-        step = ApexStepBuilder(self, statement, positional[0].value, positional[1].value.value)
+        step = ApexStepBuilder(self, statement, positional[0].value, positional[1].value.value, scaler)
         step.plan()
         self._plan_scaler_binding(statement)
 

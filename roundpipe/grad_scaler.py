@@ -112,8 +112,12 @@ def _is_device_like(value: Any) -> bool:
     return isinstance(value, (str, torch.device))
 
 
-class GradScaler:
+class GradScaler(torch.amp.GradScaler):
     """Dynamic loss scaling that works when ``step()`` runs on RoundPipe's optimizer thread.
+
+    A subclass of ``torch.amp.GradScaler`` (so ``isinstance`` checks of optimizers and
+    trainer libraries accept it) that never runs the base ``__init__`` and overrides every
+    method torch defines: no state or behaviour of torch's class is used.
 
     The API is ``torch.amp.GradScaler``'s, plus upstream RoundPipe's ``up_to_date`` getters,
     ``update(..., is_async=...)`` and the ``min_scale``/``max_scale`` bounds.
@@ -407,6 +411,15 @@ class GradScaler:
             retval = None if skip else optimizer.step(*args, **kwargs)
         state["stage"] = OptState.STEPPED
         return retval
+
+    def _maybe_opt_step(
+        self, optimizer: torch.optim.Optimizer, optimizer_state: Dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Optional[Any]:
+        """torch's private helper: ``optimizer.step`` unless ``optimizer_state`` recorded inf/NaN
+        (one host read per device)."""
+        if sum(found_inf.item() for found_inf in optimizer_state["found_inf_per_device"].values()):
+            return None
+        return optimizer.step(*args, **kwargs)
 
     def _fused_step(
         self,

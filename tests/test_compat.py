@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import roundpipe.compat as amp
+from compat_matrix.apex_column import fault_during_backward
 from roundpipe import GradScaler, RoundPipe, RoundPipeRunConfig
 from roundpipe.compat import scaler as scaler_module
 from roundpipe.compat.casting import cast_floating
@@ -88,16 +89,16 @@ def scaled_cross_entropy(scaler):
 
 
 def step_and_report_skip(model, optimizer, x, y, overflow: bool) -> bool:
-    """One synchronous iteration; writes inf into a gradient first when ``overflow``.
+    """One synchronous iteration; inf reaches a gradient of the block when ``overflow``.
     Returns whether the optimizer step was skipped (the first master did not move)."""
     scaler = amp.loss_scaler()
-    model.forward_backward(input_args=(x,), label=y, loss_fn=scaled_cross_entropy(scaler))
+    first = next(p for p in model.model.parameters() if p.requires_grad)
+    with fault_during_backward(first, "inf" if overflow else None):
+        model.forward_backward(input_args=(x,), label=y, loss_fn=scaled_cross_entropy(scaler))
     skipped = []
 
     def step_fn():
         first = next(amp.master_params(optimizer))
-        if overflow:
-            first.grad.view(-1)[0] = float("inf")
         before = first.detach().clone()
         scaler.step(optimizer)
         skipped.append(torch.equal(before, first.detach()))
@@ -247,14 +248,13 @@ def test_an_optimizer_goes_through_initialize_once():
         ("O2", {"master_weights": False}),
     ],
 )
-def test_float16_copies_with_an_enabled_scaler_are_refused(level, overrides):
-    net = make_net()
-    opt = sgd(net.parameters())
-    with pytest.raises(RuntimeError, match="float16"):
-        initialize(net, opt, opt_level=level, **overrides)
-    assert next(net.parameters()).dtype == torch.float32  # refused before converting
-    # with float32 masters it is fine
-    initialize(net, opt, opt_level=level, **dict(overrides, master_weights=True))
+def test_float16_parameters_without_master_weights_train(level, overrides):
+    net = make_net(batchnorm=False)
+    model, opt = initialize(net, sgd(net.parameters(), lr=0.05), opt_level=level, **overrides)
+    assert all(c.dtype == torch.float16 for c in model.optim_parameters())
+    losses = train(model, opt, make_data(25))
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < 0.7 * losses[0]
 
 
 def test_amp_state_is_needed_before_use(monkeypatch):
@@ -266,8 +266,9 @@ def test_amp_state_is_needed_before_use(monkeypatch):
 
 def test_loss_ids_index_the_losses_like_a_list():
     initialize(make_net(), opt_level="O1", num_losses=3)
-    shared = amp.loss_scaler()
-    assert all(amp.loss_scaler(i) is shared for i in (0, 1, 2, -1, -3))
+    scalers = [amp.loss_scaler(i) for i in range(3)]
+    assert len({id(s) for s in scalers}) == 3  # one scaler per loss, as apex
+    assert amp.loss_scaler(-1) is scalers[2] and amp.loss_scaler(-3) is scalers[0]
     for bad in (3, -4):
         with pytest.raises(IndexError, match="num_losses=3"):
             amp.loss_scaler(bad)
@@ -576,7 +577,8 @@ def test_o1_runs_forward_and_loss_fn_under_autocast_and_backward_outside(device)
     assert net.seen == [(True, low)]
     assert in_loss == [(True, low), torch.float32]
     assert in_backward == [False]
-    assert net.lin.weight.dtype == net.lin.weight.grad.dtype == torch.float32
+    copy = next(model.optim_parameters())  # the block's exit moved the gradient there
+    assert net.lin.weight.dtype == copy.grad.dtype == torch.float32 and net.lin.weight.grad is None
     assert not torch.is_autocast_enabled(device)
     model(x)
     assert net.seen[-1] == (True, low)
@@ -704,8 +706,7 @@ def test_default_scalers():
     initialize(make_net(), opt_level="O1")
     dynamic = amp.loss_scaler()
     assert dynamic.is_enabled() and dynamic.get_scale() == 2.0**16
-    assert dynamic.get_growth_interval() == 2000 and dynamic.get_growth_factor() == 2.0
-    assert dynamic.get_backoff_factor() == 0.5
+    assert dynamic.get_growth_interval() == 2000
     initialize(make_net(), opt_level="O1", max_loss_scale=2.0**10)
     assert amp.loss_scaler().get_scale() == 2.0**10
     for level in ("O0", "O3"):
@@ -714,7 +715,7 @@ def test_default_scalers():
 
 
 # --------------------------------------------------------------------------- state dicts
-def _dynamic_setup(num_losses: int = 1) -> GradScaler:
+def _dynamic_setup(num_losses: int = 1):
     initialize(make_net(), opt_level="O1", num_losses=num_losses)
     return amp.loss_scaler()
 
@@ -738,7 +739,7 @@ def test_state_dict_is_apexs_format():
 def test_round_trip_through_apex_format():
     scaler = _dynamic_setup()
     amp.load_state_dict({"loss_scaler0": {"loss_scale": 1024.0, "unskipped": 7}})
-    assert scaler.get_scale() == 1024.0 and scaler._get_growth_tracker() == 7
+    assert scaler.get_scale() == 1024.0 and scaler.state_dict()["unskipped"] == 7
     saved = amp.state_dict()
     assert saved == {"loss_scaler0": {"loss_scale": 1024.0, "unskipped": 7}}
     fresh = _dynamic_setup()
@@ -752,7 +753,8 @@ def test_apex_entries_are_read_by_position():
         ("loss_scaler1", {"loss_scale": 1024.0, "unskipped": 1}),
         ("loss_scaler0", {"loss_scale": 2048.0, "unskipped": 2}),
     ]))
-    assert scaler.get_scale() == 1024.0 and scaler._get_growth_tracker() == 1
+    assert scaler.state_dict() == {"loss_scale": 1024.0, "unskipped": 1}
+    assert amp.loss_scaler(1).state_dict() == {"loss_scale": 2048.0, "unskipped": 2}
 
 
 def test_apex_load_warnings_and_unexpected_keys():
@@ -784,7 +786,7 @@ def test_load_accepts_a_gradscaler_state_dict():
 
 
 def test_loading_into_a_disabled_scaler_is_ignored():
-    initialize(make_net(), opt_level="O3")
+    initialize(make_net(), enabled=False)
     amp.load_state_dict({"loss_scaler0": {"loss_scale": 1024.0, "unskipped": 7}})
     assert amp.state_dict() == {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}}
 
@@ -811,3 +813,72 @@ def test_checkpoint_of_a_migrated_loop_resumes(tmp_path):
     masters = zip(model.optim_parameters(), model2.optim_parameters())
     assert all(torch.equal(a.half().float(), b) for a, b in masters)  # rebuilt from fp16 weights
     train(model2, opt2, make_data(2))
+
+
+# ------------------------------------------------- roundpipe.GradScaler is torch's kind
+def test_roundpipe_gradscaler_is_a_torch_gradscaler_without_its_state():
+    scaler = GradScaler(init_scale=8.0)
+    assert issubclass(GradScaler, torch.amp.GradScaler) and isinstance(scaler, torch.amp.GradScaler)
+    torch_names = {k for k in vars(torch.amp.GradScaler) if not k.startswith("__")} | {
+        "__init__", "__getstate__", "__setstate__"}
+    assert all(name in vars(GradScaler) for name in torch_names)  # every method is ours
+    assert "_per_optimizer_states" not in vars(scaler)  # torch's __init__ never ran
+
+    param = nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    (scaler.scale(param.sum()) * 0 + param.sum() * float("inf")).backward()
+    scaler.step(optimizer)  # the inf gradient skips the step, through our code
+    scaler.update()
+    assert torch.equal(param.detach(), torch.ones(2)) and scaler.get_scale() == 4.0
+    state = {"stage": None, "found_inf_per_device": {torch.device("cpu"): torch.zeros(())}}
+    param.grad = torch.ones(2)
+    scaler._maybe_opt_step(optimizer, state)
+    assert torch.equal(param.detach(), torch.zeros(2))
+
+
+# ------------------------------------------- differences from apex that are kept (docs)
+def test_kept_difference_bf16_under_o2_trains_with_float32_masters():
+    net = make_net(batchnorm=False)
+    model, opt = initialize(net, sgd(net.parameters(), lr=0.05), opt_level="O2",
+                            cast_model_type=torch.bfloat16)
+    assert {p.dtype for p in net.parameters()} == {torch.bfloat16}
+    assert {c.dtype for c in model.optim_parameters()} == {torch.float32}
+    losses = train(model, opt, make_data(20))
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_kept_difference_argument_shapes_are_checked_before_the_opt_level():
+    with pytest.raises(TypeError, match="models must be"):
+        initialize((make_net(),), opt_level="O9")  # apex: the opt level's RuntimeError
+
+
+def test_kept_difference_an_o2_resume_restores_the_optimizer_state_exactly():
+    net = make_net(batchnorm=False)
+    model, opt = initialize(net, sgd(net.parameters()), opt_level="O2")
+    train(model, opt, make_data(3))
+    saved = opt.state_dict()
+    momentum = [s["momentum_buffer"].clone() for s in opt.state.values()]
+    net2 = make_net(seed=3, batchnorm=False)
+    model2, opt2 = initialize(net2, sgd(net2.parameters()), opt_level="O2")
+    opt2.load_state_dict(saved)
+    restored = [s["momentum_buffer"] for s in opt2.state.values()]
+    assert all(r.dtype == torch.float32 and torch.equal(r, m) for r, m in zip(restored, momentum))
+    assert any(not torch.equal(m, m.half().float()) for m in momentum)  # apex would round these
+
+
+def test_kept_difference_o2_static_one_accumulates_the_float32_parameters_grads():
+    """apex's O2 with loss_scale=1.0 keeps only the last block's grads of float32 (BatchNorm)
+    parameters (commit 20d00ab1); compat accumulates them like every other gradient."""
+    def batchnorm_grad(blocks: int) -> torch.Tensor:
+        net = make_net()
+        model, opt = initialize(net, sgd(net.parameters()), opt_level="O2", loss_scale=1.0)
+        x, y = make_data()[0]
+        for _ in range(blocks):
+            model.forward_backward(input_args=(x,), label=y,
+                                   loss_fn=scaled_cross_entropy(amp.loss_scaler()))
+        copy = dict(zip(net.parameters(), model.optim_parameters()))[net[1].weight]
+        assert copy.dtype == net[1].weight.dtype == torch.float32
+        return copy.grad.clone()
+
+    once = batchnorm_grad(1)
+    assert torch.equal(batchnorm_grad(2), 2 * once) and once.abs().sum() > 0

@@ -4,7 +4,8 @@ It never imports apex. A migrated script calls :func:`initialize` as it called
 ``amp.initialize`` (same signature, opt levels O0-O3 with apex's property table and
 override checks, same return shapes) and gets RoundPipe models and its own optimizers,
 now stepping RoundPipe's optimizer copies; the loss scaling apex did inside
-``amp.scale_loss`` is done by one shared :class:`roundpipe.GradScaler`::
+``amp.scale_loss`` is done by one apex-style loss scaler per loss
+(:class:`~roundpipe.compat.loss_scaler.AmpLossScaler`, same rule, same arithmetic)::
 
     model, optimizer = roundpipe.compat.initialize(model, optimizer, opt_level="O2")
     scaler = roundpipe.compat.loss_scaler()
@@ -16,7 +17,9 @@ now stepping RoundPipe's optimizer copies; the loss scaling apex did inside
 Modules, one job each: :mod:`.properties` (the table and its checks), :mod:`.convert`
 (model weights), :mod:`.casting` (inputs and outputs), :mod:`.model` (the RoundPipe
 subclass), :mod:`.optimizers` (optimizers onto the copies, ``master_params``),
-:mod:`.scaler` (the shared scaler and apex's state dict), :mod:`.frontend`
+:mod:`.loss_scaler` (apex's LossScaler and the ``scale_loss`` block), :mod:`.master_grads`
+(a block's gradients unscaled onto the copies), :mod:`.steps` (skipped steps),
+:mod:`.scaler` (the loss scalers of the amp state and apex's state dict), :mod:`.frontend`
 (``initialize``). Each module's docstring lists where it deliberately differs from apex.
 """
 

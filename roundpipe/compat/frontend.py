@@ -17,8 +17,10 @@ stepping RoundPipe's optimizer copies. What each property does here:
   runs it with casts disabled.
 * ``master_weights``: the optimizer copies are float32 (``optim_dtype=torch.float32``);
   otherwise they keep the model's dtype.
-* ``loss_scale``, ``min_loss_scale``, ``max_loss_scale``, ``num_losses``: the shared
-  scaler (:mod:`roundpipe.compat.scaler`).
+* ``loss_scale``, ``min_loss_scale``, ``max_loss_scale``, ``num_losses``: one apex loss
+  scaler per loss (:mod:`roundpipe.compat.loss_scaler`, :mod:`roundpipe.compat.scaler`);
+  every ``forward_backward`` that scales a loss is an apex ``scale_loss`` block, unscaled
+  onto the optimizer copies at its end (float32 masters under O2, in place otherwise).
 * ``verbosity`` > 0 prints the resolved properties (on rank 0 when torch.distributed is
   initialized), as apex does.
 
@@ -33,13 +35,11 @@ float16 parameters or buffers (initialize converts it), and an optimizer passed 
   the model may live on any device torch supports, CPU included;
 * no deprecation warning, and no ``hard_override`` to turn errors into warnings;
 * a model that is already a RoundPipe is a ``RuntimeError`` (pass the plain module);
-* an optimizer that would step float16 copies with an enabled scaler (O3, or O2 with
-  ``master_weights=False``, with a dynamic or non-1 static loss scale) is a
-  ``RuntimeError``: GradScaler cannot unscale float16 gradients, where apex unscales them
-  in place;
+* ``max_loss_scale <= 0`` and a ``min_loss_scale`` above ``max_loss_scale`` are a
+  ``ValueError`` (apex accepts them);
 * ``enabled=False`` wraps the models without any casting (apex returns them untouched,
-  which a migrated ``forward_backward`` loop cannot use) and installs a disabled shared
-  scaler, so ``loss_scaler()`` and ``state_dict()`` work (apex's ``state_dict`` raises).
+  which a migrated ``forward_backward`` loop cannot use) and installs disabled loss
+  scalers, so ``loss_scaler()`` and ``state_dict()`` work (apex's ``state_dict`` raises).
 """
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from ..grad_scaler import GradScaler
 from ..runtime import RoundPipe, _caller_location
 from .convert import convert_model_, save_float16_as_float32
 from .model import AmpRoundPipe, ForwardPolicy, autocast_target
 from .optimizers import check_not_initialized, rebind_to_copies
+from .loss_scaler import check_bounds as _check_bounds
 from .properties import AmpProperties, resolve_properties
-from .scaler import build_scaler, install
+from .scaler import build_scalers, install
+from .steps import OptimizerSteps
 
 __all__ = ["initialize"]
 
@@ -91,7 +92,7 @@ def initialize(
     ``optimizers`` is not None, by ``optimizers`` shaped as given (the same objects, their
     param groups now holding the optimizer copies of the models' parameters, their state
     moved there). ``enabled=False`` (apex: return everything unchanged) wraps the models in
-    RoundPipe without any casting and installs a disabled scaler, so the migrated training
+    RoundPipe without any casting and installs disabled scalers, so the migrated training
     loop still runs.
     """
     num_losses = operator.index(num_losses)
@@ -108,12 +109,11 @@ def initialize(
             loss_scale=loss_scale,
         )
         _check_models(model_list)
-        _check_optimizers(optimizer_list, properties)
-        scaler = build_scaler(properties.loss_scale, min_loss_scale, max_loss_scale)
+        for optimizer in optimizer_list:
+            check_not_initialized(optimizer)
+        _check_bounds(min_loss_scale, max_loss_scale)
         if verbosity > 0:
             _print_properties(properties)
-    else:  # the script still needs RoundPipe models; nothing is cast or scaled
-        scaler = GradScaler(enabled=False)
 
     name = _caller_location()
     wrapped = [
@@ -121,13 +121,22 @@ def initialize(
         else AmpRoundPipe(model, ForwardPolicy(None, None, None, None), name=name)
         for model in model_list
     ]
+    copy_of: Dict[nn.Parameter, nn.Parameter] = {}
     if optimizer_list:
-        copy_of: Dict[nn.Parameter, nn.Parameter] = {}
         for model in wrapped:
             copy_of.update(model.copy_map())
         for optimizer in optimizer_list:
             rebind_to_copies(optimizer, copy_of)
-    install(scaler, num_losses)
+    masters = [id(copy) for param, copy in copy_of.items() if copy.dtype != param.dtype]
+    install(build_scalers(
+        num_losses,
+        properties.loss_scale if properties is not None else 1.0,
+        min_loss_scale,
+        max_loss_scale,
+        OptimizerSteps(optimizer_list, masters),
+        master_weights=bool(properties is not None and properties.master_weights),
+        enabled=properties is not None,
+    ))
 
     models_out = wrapped if isinstance(models, list) else wrapped[0]
     if optimizers is None:
@@ -178,20 +187,6 @@ def _check_models(models: List[nn.Module]) -> None:
                     "your model before passing it, no matter what optimization level you "
                     "choose."
                 )
-
-
-def _check_optimizers(optimizers: List[torch.optim.Optimizer], properties: AmpProperties) -> None:
-    for optimizer in optimizers:
-        check_not_initialized(optimizer)
-    float16_copies = properties.cast_model_type is torch.float16 and not properties.master_weights
-    if optimizers and float16_copies and properties.loss_scale != 1.0:
-        raise RuntimeError(
-            f"opt_level {properties.opt_level} without master weights steps float16 "
-            f"parameters, and with loss_scale={properties.loss_scale!r} their gradients "
-            "would have to be unscaled in float16, which roundpipe.GradScaler refuses "
-            "(apex does it in place). Use loss_scale=1.0 (O3's default) or "
-            "master_weights=True."
-        )
 
 
 def _wrap(

@@ -10,7 +10,11 @@ wrapped module made by :meth:`~AmpRoundPipe.forward` and
 3. cast the outputs (``cast_model_outputs``, float32 by default when inputs are cast).
 
 ``forward_backward`` also runs ``loss_fn`` under the same autocast, because apex's O1
-patches the torch functions a loss calls too. Backward runs *outside* autocast: apex's
+patches the torch functions a loss calls too. A ``forward_backward`` whose ``loss_fn``
+scaled its loss with a :class:`~roundpipe.compat.loss_scaler.AmpLossScaler` is one apex
+``scale_loss`` block: at its end the gradients are unscaled onto the optimizer copies and
+the scale is updated (:meth:`AmpLossScaler.end_block
+<roundpipe.compat.loss_scaler.AmpLossScaler.end_block>`), as apex does at the block's exit. Backward runs *outside* autocast: apex's
 patches do not reach autograd's backward kernels, and torch autocast around a backward
 would recast the backward's own ops.
 
@@ -22,6 +26,7 @@ policy, and its state dict keys are the usual ones.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
@@ -30,6 +35,7 @@ from torch import nn
 
 from ..runtime import RoundPipe
 from .casting import cast_floating
+from .loss_scaler import ScaleLossBlock
 
 __all__ = ["AmpRoundPipe", "ForwardPolicy", "autocast_target"]
 
@@ -102,6 +108,23 @@ class AmpRoundPipe(RoundPipe):
         # Set before RoundPipe.__init__: afterwards unknown attributes go to the module.
         self.amp_policy = policy
         super().__init__(model, optim_dtype=optim_dtype, name=name)
+
+    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`RoundPipe.forward_backward`, as one apex ``scale_loss`` block.
+
+        When ``loss_fn`` scaled the loss with a compat loss scaler, the block's exit follows:
+        wait for the optimizer (its copies receive the gradients), then unscale this
+        block's gradients onto them and update that loss's scale. Nothing happens at the
+        exit when the call raises, as in apex. Main thread.
+        """
+        with ScaleLossBlock() as block:
+            result = super().forward_backward(*args, **kwargs)
+        if block.scaler is not None:
+            self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
+            block.scaler.end_block(list(self.copy_map().items()))
+        return result
+
+    forward_backward.__signature__ = inspect.signature(RoundPipe.forward_backward)  # type: ignore[attr-defined]
 
     def _call_model(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
         """One microbatch through the module, with the policy's casting and autocast."""

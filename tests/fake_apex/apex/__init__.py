@@ -1,4 +1,6 @@
-"""A stand-in for NVIDIA apex (tests only): enough of ``apex.amp`` to drive the parity
-matrix's apex column on a machine without apex, plus the ``apex.optimizers`` and
-``apex.parallel`` pieces the apex projects of tests/migrate_projects use. Not apex: it
-implements only the documented LossScaler rule and the scale_loss/step-skipping protocol."""
+"""A stand-in for NVIDIA apex (tests only): ``apex.amp``'s documented rules on a machine
+without apex, to drive the parity matrix's apex column and the reference runs of
+tests/test_compat_apex_rules.py, plus the ``apex.optimizers`` and ``apex.parallel`` pieces the
+apex projects of tests/migrate_projects use. Not apex: the opt-level table, LossScaler rule,
+scale_loss block (short cut, per-block unscale with the stash tables) and step patching, as
+shared/reference/apex_amp_behaviour.md documents them."""

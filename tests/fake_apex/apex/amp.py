@@ -1,44 +1,131 @@
-"""``apex.amp`` as documented (shared/reference/apex_amp_behaviour.md §1-§4), reduced to
-what the parity matrix uses: initialize, scale_loss, master_params, state dicts; and for the
-projects in tests/migrate_projects the function-casting decorators and registrations."""
+"""``apex.amp`` as documented (shared/reference/apex_amp_behaviour.md §1-§4), reduced to what
+the tests and the parity matrix use: initialize (O0-O3 property table, num_losses, bounds),
+scale_loss (the short cut, per-block unscale with the stash tables, step patching),
+master_params, state dicts; for the projects in tests/migrate_projects the
+function-casting decorators and registrations. CPU tensors are accepted (no CUDA checks). Written from the
+spec in plain torch; it never imports roundpipe.
+
+Arithmetic is apex's Python fallback: the scaled loss is ``loss.float() * S``; a new
+gradient is widened and multiplied by the Python float ``1/S``; a gradient meeting a
+stashed one is ``stash.add_(new, alpha=1/S)``. Overflow is checked element by element on
+the incoming gradients (the fused kernel's test).
+"""
 
 import contextlib
 import functools
 import types
 
 import torch
+from torch.nn.modules.batchnorm import _BatchNorm
 
-_amp_state = types.SimpleNamespace(loss_scalers=[])
+_amp_state = types.SimpleNamespace(loss_scalers=[], master_weights=False)
+
+_LEVELS = {  # cast_model_type, keep_batchnorm_fp32, master_weights, loss_scale
+    "O0": (torch.float32, None, False, 1.0),
+    "O1": (None, None, None, "dynamic"),
+    "O2": (torch.float16, True, True, "dynamic"),
+    "O3": (torch.float16, False, False, 1.0),
+}
 
 
 class LossScaler:
-    """apex's dynamic rule: halve on overflow, double after ``_scale_seq_len`` clean steps,
-    capped at 2**24."""
+    """apex's LossScaler: §1.1 constructor, §1.2 ``update_scale``."""
 
-    def __init__(self):
-        self._loss_scale = 2.0**16
+    def __init__(self, loss_scale, min_loss_scale=None, max_loss_scale=2.0**24):
+        self.dynamic = loss_scale == "dynamic"
+        self._loss_scale = min(max_loss_scale, 2.0**16) if self.dynamic else loss_scale
+        self._min_loss_scale = min_loss_scale
+        self._max_loss_scale = max_loss_scale
         self._scale_seq_len = 2000
         self._unskipped = 0
-        self._max_loss_scale = 2.0**24
 
     def loss_scale(self):
         return self._loss_scale
 
     def update_scale(self, overflow):
-        if overflow:
-            self._loss_scale /= 2.0
+        if overflow and self.dynamic:
+            half = self._loss_scale / 2.0
+            self._loss_scale = max(self._min_loss_scale, half) if self._min_loss_scale else half
             self._unskipped = 0
+            should_skip = True
         else:
             self._unskipped += 1
-        if self._unskipped == self._scale_seq_len:
+            should_skip = False
+        if self.dynamic and self._unskipped == self._scale_seq_len:
             self._loss_scale = min(self._max_loss_scale, self._loss_scale * 2.0)
             self._unskipped = 0
-        return overflow
+        return should_skip
 
 
-def initialize(models, optimizers=None, opt_level="O1", verbosity=1, **_):
-    _amp_state.loss_scalers = [LossScaler()]
+def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
+               keep_batchnorm_fp32=None, master_weights=None, loss_scale=None, num_losses=1,
+               verbosity=1, min_loss_scale=None, max_loss_scale=2.0**24, **_):
+    level = _LEVELS[opt_level]
+    cast = level[0] if cast_model_type is None else cast_model_type
+    keep_bn = level[1] if keep_batchnorm_fp32 is None else keep_batchnorm_fp32
+    masters = level[2] if master_weights is None else master_weights
+    scale = level[3] if loss_scale is None else loss_scale
+    scale = scale if scale == "dynamic" else float(scale)
+    model_list = models if isinstance(models, list) else [models]
+    optimizer_list = [] if optimizers is None else (
+        optimizers if isinstance(optimizers, list) else [optimizers])
+    if cast:
+        for model in model_list:
+            _convert(model, cast, keep_bn)
+            model.forward = _casting_forward(model.forward, cast)
+    for optimizer in optimizer_list:
+        _process_optimizer(optimizer, masters)
+    _amp_state.master_weights = bool(masters)
+    _amp_state.loss_scalers = [LossScaler(scale, min_loss_scale, max_loss_scale)
+                               for _ in range(num_losses)]
     return models if optimizers is None else (models, optimizers)
+
+
+def _convert(model, dtype, keep_batchnorm_fp32):
+    for module in model.modules():
+        if keep_batchnorm_fp32 and isinstance(module, _BatchNorm) and module.affine:
+            continue
+        for tensor in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
+            if tensor.is_floating_point():
+                tensor.data = tensor.data.to(dtype)
+
+
+def _casting_forward(forward, dtype):
+    def cast(value, to):
+        return value.to(to) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    def patched(*args, **kwargs):
+        output = forward(*(cast(a, dtype) for a in args), **{k: cast(v, dtype) for k, v in kwargs.items()})
+        return cast(output, torch.float32)
+
+    return patched
+
+
+def _process_optimizer(optimizer, master_weights):
+    """§3.6: fp32 masters replace fp16 params in the param groups; the patched step copies
+    them back and drops their grads."""
+    stash = types.SimpleNamespace(already_patched=False, pairs=[], masters=master_weights)
+    optimizer._amp_stash = stash
+    if not master_weights:
+        return
+    for group in optimizer.param_groups:
+        for index, param in enumerate(group["params"]):
+            if param.dtype == torch.float16:
+                master = param.detach().clone().float().requires_grad_()
+                group["params"][index] = master
+                stash.pairs.append((param, master))
+    original_step = optimizer.step
+
+    def step(closure=None):
+        result = original_step()
+        with torch.no_grad():
+            for model_param, master in stash.pairs:
+                model_param.copy_(master)
+        for _, master in stash.pairs:
+            master.grad = None
+        return result
+
+    optimizer.step = step
 
 
 def master_params(optimizer):
@@ -46,21 +133,63 @@ def master_params(optimizer):
         yield from group["params"]
 
 
+def _params_and_masters(optimizer):
+    """(model param, the param the optimizer steps) for every param of the optimizer."""
+    model_of = {id(master): param for param, master in optimizer._amp_stash.pairs}
+    return [(model_of.get(id(p), p), p) for p in master_params(optimizer)]
+
+
 @contextlib.contextmanager
-def scale_loss(loss, optimizers):
-    scaler = _amp_state.loss_scalers[0]
+def scale_loss(loss, optimizers, loss_id=0):
+    scaler = _amp_state.loss_scalers[loss_id]
     optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+    if not _amp_state.master_weights and not scaler.dynamic and scaler.loss_scale() == 1.0:
+        yield loss.float()  # §2 step 5: the short cut
+        return
+    pairs = [pair for opt in optimizers for pair in _params_and_masters(opt)]
+    stashed = {}
+    for param, stepped in pairs:  # prepare: model grads None, same-dtype grads stashed
+        if param is stepped:
+            stashed[id(param)] = param.grad
+        param.grad = None
     yield loss.float() * scaler.loss_scale()
-    grads = [p.grad for opt in optimizers for p in master_params(opt) if p.grad is not None]
-    overflow = any(not torch.isfinite(g).all() for g in grads)
-    if not overflow:
-        for g in grads:
-            g.mul_(1.0 / scaler.loss_scale())
+    inverse = 1.0 / scaler.loss_scale()
+    new = [param.grad for param, _ in pairs if param.grad is not None]
+    overflow = scaler.dynamic and any(not torch.isfinite(g).all() for g in new)
+    with torch.no_grad():
+        for param, stepped in pairs:
+            grad = param.grad
+            old = stashed.get(id(param)) if param is stepped else stepped.grad
+            if grad is None:
+                if param is stepped:
+                    param.grad = old
+                continue
+            if old is None:
+                grad = grad.float() if param is not stepped else grad
+                if inverse != 1.0:
+                    grad.mul_(inverse)
+                stepped.grad = grad
+            else:
+                old.add_(grad.to(old.dtype), alpha=inverse)
+                stepped.grad = old
     if scaler.update_scale(overflow):
-        for opt in optimizers:
-            def skip(*args, _opt=opt, _step=opt.step, **kwargs):
-                _opt.step = _step  # skip this one step only
-            opt.step = skip
+        for optimizer in optimizers:
+            if not optimizer._amp_stash.already_patched:
+                _patch_skip(optimizer)
+
+
+def _patch_skip(optimizer):
+    """§1.6: the next step does nothing (and drops the masters' grads)."""
+    original = optimizer.step
+
+    def skip_step(closure=None):
+        for _, master in optimizer._amp_stash.pairs:
+            master.grad = None
+        optimizer.step = original
+        optimizer._amp_stash.already_patched = False
+
+    optimizer.step = skip_step
+    optimizer._amp_stash.already_patched = True
 
 
 def state_dict():
@@ -69,7 +198,8 @@ def state_dict():
 
 
 def load_state_dict(state):
-    for scaler, entry in zip(_amp_state.loss_scalers, state.values()):
+    entries = [entry for key, entry in state.items() if "loss_scaler" in key]
+    for scaler, entry in zip(_amp_state.loss_scalers, entries):
         scaler._loss_scale = entry["loss_scale"]
         scaler._unskipped = entry["unskipped"]
 
