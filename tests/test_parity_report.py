@@ -1,0 +1,210 @@
+"""What a reader of the parity report sees: the Markdown table, the HTML page and its plots,
+and the roundpipe-parity command line (help, progress, the last line, the CUDA note).
+
+The reports are rendered from hand-made rows, so these tests run in milliseconds; the
+rows from a real matrix run are checked in tests/test_parity.py."""
+
+import io
+import math
+import re
+
+import pytest
+import torch
+
+from compat_matrix import cli
+from compat_matrix.plots import abs_differences, diff_panel, series_panel
+from compat_matrix.progress import Progress
+from compat_matrix.report import REPORT_FILES, write_reports
+from compat_matrix.scenarios import scenario_names
+
+ENVIRONMENT = {"date": "2026-12-01T09:00:00+00:00", "python": "3.11.7", "platform": "Linux-x86_64",
+               "torch": "2.13.0+cpu", "cuda_available": False, "cuda_devices": [], "cpu": "x86_64", "apex": None}
+
+
+def _row(scenario, subject, verdict, reason, max_abs_diff=0.0, series=None, **extra):
+    row = {"scenario": scenario, "reference": "torch", "subject": subject, "device": "cpu", "dtype": "float32",
+           "verdict": verdict, "reason": reason, "max_abs_diff": max_abs_diff, "steps": 4,
+           "first_divergence": None, "series": series or {}}
+    row.update(extra)
+    return row
+
+
+def _series(scales_subject, losses_subject, skipped=(False, True, False, False)):
+    return {"scales_reference": [8.0, 8.0, 4.0, 4.0], "scales_subject": scales_subject,
+            "skipped_reference": list(skipped), "skipped_subject": list(skipped),
+            "losses_reference": [1.0, float("nan"), 0.5, 0.25], "losses_subject": losses_subject}
+
+
+ROWS = [
+    _row("clean", "dropin", "bitwise", "identical bits at every step",
+         series=_series([8.0, 8.0, 4.0, 4.0], [1.0, float("nan"), 0.5, 0.25])),
+    _row("microbatches", "exact", "close", "summation order; bound: every value within 1e-05 (absolute)",
+         3.6e-7, series=_series([8.0, 8.0, 4.0, 4.0], [1.0, float("nan"), 0.5 + 3.6e-7, 0.25]), bound=1e-5),
+    _row("<script>alert('x')</script>", "async", "skipped", "needs A & B | C <now>"),
+]
+
+
+@pytest.fixture()
+def written(tmp_path):
+    write_reports(tmp_path, ROWS, ENVIRONMENT, "roundpipe-parity --out <dir>")
+    return tmp_path
+
+
+def _table_lines(markdown):
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| scenario |"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    return lines[start + 2:end]
+
+
+def test_markdown_table_has_no_backslashes_and_a_dash_for_skipped_rows(written):
+    markdown = (written / "report.md").read_text(encoding="utf-8")
+    table = _table_lines(markdown)
+    assert len(table) == len(ROWS)
+    assert not any("\\" in line for line in table)
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in table]
+    assert all(len(c) == 8 for c in cells), "a pipe inside a cell split it"
+    by_verdict = {c[5]: c for c in cells}
+    assert by_verdict["skipped"][6] == "—"
+    assert by_verdict["bitwise"][6] == "0"
+    assert by_verdict["close"][6] == "3.6e-07"
+    assert "needs A & B &#124; C" in by_verdict["skipped"][7]
+
+
+def test_markdown_environment_is_a_table_not_a_dict(written):
+    markdown = (written / "report.md").read_text(encoding="utf-8")
+    assert "{" not in markdown.split("| scenario |")[0]
+    assert "| torch | 2.13.0+cpu |" in markdown
+    assert "| CUDA | no |" in markdown and "| apex | not installed |" in markdown
+    for subject in ("reference", "drop-in", "exact", "async reference", "migrated --exact", "migrated (async)"):
+        assert subject in markdown
+
+
+def test_html_escapes_every_user_string(written):
+    page = (written / "report.html").read_text(encoding="utf-8")
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "needs A &amp; B | C &lt;now&gt;" in page
+    assert "roundpipe-parity --out &lt;dir&gt;" in page
+
+
+def test_html_is_one_self_contained_file(written):
+    page = (written / "report.html").read_text(encoding="utf-8")
+    assert not re.search(r"<(script|link|img|iframe)\b", page)
+    assert " src=" not in page
+    assert not re.findall(r'href="https?:', page)
+
+
+def test_every_row_links_to_its_plot_and_its_docs(written):
+    page = (written / "report.html").read_text(encoding="utf-8")
+    rows = re.findall(r'<tr id="row-(\d+)".*?</tr>', page, re.S)
+    assert rows == [str(i) for i in range(len(ROWS))]
+    for index, row in enumerate(ROWS):
+        html_row = re.search(rf'<tr id="row-{index}".*?</tr>', page, re.S).group(0)
+        assert re.search(r'href="[^"#]*docs/\w+\.md">docs</a>', html_row)
+        if row["series"]:
+            assert f'href="#plot-{index}"' in html_row
+            assert f'id="plot-{index}"' in page
+        else:
+            assert "no plot" in html_row
+    docs = set(re.findall(r'href="([^"#]*docs/\w+\.md)"', page))
+    assert docs and all((written / href).resolve().is_file() for href in docs), docs
+
+
+def test_bitwise_rows_fold_to_one_line_and_others_stay_open(written):
+    page = (written / "report.html").read_text(encoding="utf-8")
+    folded = re.search(r'<details class="figure" id="plot-0"><summary>(.*?)</summary>', page, re.S)
+    assert folded and "identical at all 4 steps" in folded.group(1)
+    assert '<details class="figure" id="plot-1"' not in page
+    assert '<section class="figure" id="plot-1">' in page
+
+
+def test_plots_have_axes_ticks_legend_and_marks(written):
+    page = (written / "report.html").read_text(encoding="utf-8")
+    close = page.split('id="plot-1"')[1].split("</section>")[0]
+    svgs = re.findall(r"<svg.*?</svg>", close, re.S)
+    assert len(svgs) == 3  # scale, loss, and |subject - reference| of the loss (the scales agree)
+    for svg in svgs:
+        assert "optimizer step" in svg
+        assert re.search(r'text-anchor="middle">3</text>', svg), "a tick for step 3"
+        assert 'viewBox="0 0 ' in svg and "width=" not in svg.split(">")[0].replace("stroke-width", "")
+    scale, loss, diff = svgs
+    assert "reference: torch" in scale and "subject: exact" in scale
+    assert "step skipped (overflow)" in scale
+    assert ">4</text>" in scale and ">8</text>" in scale, "log2 ticks labelled with the scale itself"
+    assert "not finite (NaN/inf)" in loss
+    assert "|subject − reference|" in diff and ">1e-7</text>" in diff
+    assert "identical (0)" in diff and "bound 1e-05" in diff
+    assert "loss scale: |subject − reference| = 0 at every step" in close
+
+
+def test_a_step_skipped_by_one_side_only_is_marked():
+    svg = series_panel("t", "y", [1, 1, 1], [1, 1, 1], ("a", "b"), skipped=[False, True, False],
+                       subject_skipped=[False, False, False])
+    assert "skipped by one side only" in svg
+
+
+def test_differences_treat_matching_non_finite_values_as_equal():
+    assert abs_differences([1.0, math.nan, math.inf, 2.0], [1.5, math.nan, math.inf, math.nan]) == [
+        0.5, 0.0, 0.0, math.inf]
+    assert "one side not finite" in diff_panel("t", [0.5, math.inf])
+
+
+def test_help_documents_every_option_default_scenario_and_exit_code(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option, default in (("--device", "(default: cpu)"), ("--quick", "(default: off"),
+                            ("--scenario NAME", "(default: every scenario"), ("--steps N", "(default: each"),
+                            ("--out DIR", "(default: out/parity)")):
+        block = text.split("\n  " + option, 1)[1].split("\n  --", 1)[0]
+        assert default in " ".join(block.split()), option
+    for name in scenario_names():
+        assert re.search(rf"^  {name} +\S", text, re.M), name
+    exits = text.split("exit status:")[1]
+    assert all(re.search(rf"^  {code}  \S", exits, re.M) for code in (0, 1, 2))
+
+
+def test_last_line_names_every_file_written(tmp_path, capsys):
+    assert cli.main(["--scenario", "clean", "--steps", "2", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    named = lines[-1].removeprefix("roundpipe-parity: wrote ").split(", ")
+    assert named == [str(tmp_path / name) for name in REPORT_FILES]
+    assert all((tmp_path / name).is_file() for name in REPORT_FILES)
+    assert not any("\r" in line for line in lines), "no progress line when stderr is not a terminal"
+
+
+def test_device_cuda_without_cuda_says_so_on_stderr(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["--device", "cuda", "--scenario", "clean", "--steps", "2", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "--device cuda: CUDA is not available on this machine" in err
+    assert "reported as skipped" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_shows_on_a_terminal_after_the_delay_and_is_erased():
+    now = [0.0]
+    stream = _Terminal()
+    progress = Progress(stream, delay=2.0, clock=lambda: now[0])
+    progress(0, 5, "clean (cpu)")
+    assert stream.getvalue() == "", "nothing for the first seconds"
+    now[0] = 3.0
+    progress(1, 5, "growth (cpu)")
+    assert stream.getvalue() == "\rroundpipe-parity: [2/5] growth (cpu), 3 s"
+    progress.close()
+    assert stream.getvalue().endswith("\r")
+    assert stream.getvalue().split("\r")[-2].strip() == ""
+
+
+def test_progress_stays_silent_off_a_terminal():
+    stream = io.StringIO()
+    progress = Progress(stream, delay=0.0)
+    progress(1, 5, "growth (cpu)")
+    progress.close()
+    assert stream.getvalue() == ""
