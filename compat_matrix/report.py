@@ -126,11 +126,42 @@ def environment_items(environment: Dict[str, Any], command: str) -> List[Tuple[s
     return [(label, str(value)) for label, value in items]
 
 
+_GRID_LABELS = {"dropin": "drop-in", "roundpipe.compat": "apex → compat"}
+
+
+def _grid_label(row: Dict[str, Any]) -> str:
+    key = subject_key(row["subject"])
+    return _GRID_LABELS.get(key, key)
+
+
+def markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    """Verdicts at a glance: one line per scenario and device, one column per subject; the
+    example scripts get a grid of their own (their subjects are not the scenarios')."""
+    lines: List[str] = []
+    for examples in (False, True):
+        group = [row for row in rows if row["scenario"].startswith("example:") == examples]
+        if not group:
+            continue
+        columns = list(dict.fromkeys(_grid_label(row) for row in group))
+        cells: Dict[Tuple[str, str], Dict[str, str]] = {}
+        for row in group:
+            found = cells.setdefault((row["scenario"], row["device"]), {"dtype": row["dtype"]})
+            found[_grid_label(row)] = row["verdict"]
+        if lines:
+            lines.append("")
+        lines += ["| " + ("example" if examples else "scenario") + " | device | dtype | " + " | ".join(columns) + " |",
+                  "|" + "---|" * (3 + len(columns))]
+        lines += [f"| {_md(name.removeprefix('example:'))} | {_md(device)} | {_md(found['dtype'])} | "
+                  + " | ".join(found.get(c, "") for c in columns) + " |" for (name, device), found in cells.items()]
+    return lines
+
+
 def _markdown(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: str) -> str:
     lines = ["# roundpipe-parity report", "", "| run | |", "|---|---|"]
     lines += [f"| {label} | {_md(f'`{value}`' if label == 'command' else value)} |"
               for label, value in environment_items(environment, command)]
-    lines += ["", f"Summary: {_summary_text(rows)}.", "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+    lines += ["", f"Summary: {_summary_text(rows)}.", "", "## At a glance", ""] + markdown_grid(rows)
+    lines += ["", "## Every row", "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
               "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_md(_cell_text(row, c)) for c, _, _ in COLUMNS) + " |" for row in rows]
     lines += ["", "## What the columns mean", ""]

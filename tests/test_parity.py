@@ -47,7 +47,7 @@ def test_report_files_agree_and_follow_the_schema(quick_report):
     validate_report(data)
     assert data["environment"]["torch"] == torch.__version__
     markdown = (out / "report.md").read_text(encoding="utf-8")
-    table = markdown.split("\n| scenario |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    table = markdown.split("## Every row\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
     parsed = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table]
     assert [(p[0], p[1], p[2], p[3], p[5]) for p in parsed] == [
         (r["scenario"], r["reference"], r["subject"], r["device"], r["verdict"]) for r in data["rows"]]

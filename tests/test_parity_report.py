@@ -50,9 +50,9 @@ def written(tmp_path):
     return tmp_path
 
 
-def _table_lines(markdown):
-    lines = markdown.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| scenario |"))
+def _table_lines(markdown, section="## Every row"):
+    lines = markdown.split(section, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
     end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
     return lines[start + 2:end]
 
@@ -69,6 +69,19 @@ def test_markdown_table_has_no_backslashes_and_a_dash_for_skipped_rows(written):
     assert by_verdict["bitwise"][6] == "0"
     assert by_verdict["close"][6] == "3.6e-07"
     assert "needs A & B &#124; C" in by_verdict["skipped"][7]
+
+
+def test_markdown_grid_gives_one_verdict_per_scenario_and_subject(tmp_path):
+    rows = ROWS[:2] + [_row("clean", "exact", "bitwise", "identical bits at every step"),
+                       _row("example:amp_basic.py", "migrated (async)", "close", "tolerance 2.74")]
+    write_reports(tmp_path, rows, ENVIRONMENT, "roundpipe-parity")
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    grid = markdown.split("## At a glance", 1)[1].split("## Every row", 1)[0]
+    assert "| scenario | device | dtype | drop-in | exact |" in grid
+    assert "| clean | cpu | float32 | bitwise | bitwise |" in grid
+    assert "| microbatches | cpu | float32 |  | close |" in grid
+    assert "| example | device | dtype | migrated (async) |" in grid
+    assert "| amp_basic.py | cpu | float32 | close |" in grid
 
 
 def test_markdown_environment_is_a_table_not_a_dict(written):
