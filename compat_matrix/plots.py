@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 __all__ = ["series_panel", "diff_panel", "abs_differences"]
 
 WIDTH, HEIGHT = 640, 260
-LEFT, RIGHT, TOP, BOTTOM = 70, 16, 52, 44
+LEFT, RIGHT, TOP, BOTTOM = 70, 16, 60, 44
 REFERENCE_COLOUR, SUBJECT_COLOUR, SKIP_COLOUR, ALERT_COLOUR = "#1f5fa8", "#e0701a", "#f3c9c9", "#b3261e"
 
 
@@ -118,11 +118,15 @@ def _axes(frame: _Frame, y_ticks: Sequence[float], scale: str, y_label: str) -> 
 
 
 def _legend(entries: Sequence[Tuple[str, str]]) -> str:
-    """``entries``: (swatch svg drawn at the origin, label), laid out on one line under the title."""
-    parts, x = [], LEFT
+    """``entries``: (swatch svg drawn at the origin, label), laid out under the title, on a
+    second line when the first is full."""
+    parts, x, y = [], LEFT, 34
     for swatch, label in entries:
-        parts.append(f'<g transform="translate({x} 38)">{swatch}<text x="26" y="4">{html.escape(label)}</text></g>')
-        x += 34 + 7 * len(label)
+        width = 40 + 6.6 * len(label)  # swatch, gap, and about 6.6 px per character at 12 px
+        if x + width > WIDTH - RIGHT and x > LEFT:
+            x, y = LEFT, y + 15
+        parts.append(f'<g transform="translate({x:.0f} {y})">{swatch}<text x="26" y="4">{html.escape(label)}</text></g>')
+        x += width
     return "".join(parts)
 
 
@@ -178,12 +182,12 @@ def series_panel(title: str, y_label: str, reference: Sequence[float], subject: 
     legend = [(_line_swatch(REFERENCE_COLOUR, False), f"reference: {names[0]}"),
               (_line_swatch(SUBJECT_COLOUR, True), f"subject: {names[1]}")]
     if any(skipped):
-        legend.append((_SKIP_SWATCH, "step skipped (overflow)"))
+        legend.append((_SKIP_SWATCH, "skipped step (overflow)"))
     if mismatched:
         legend.append((f'<line x1="11" y1="-6" x2="11" y2="6" stroke="{ALERT_COLOUR}" stroke-width="3"/>',
-                       "skipped by one side only"))
+                       "skip differs"))
     if crosses:
-        legend.append((_CROSS_SWATCH, "not finite (NaN/inf)"))
+        legend.append((_CROSS_SWATCH, "NaN/inf"))
     body.append(_legend(legend))
     return _svg(title, "".join(body))
 
