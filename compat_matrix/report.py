@@ -134,10 +134,11 @@ def _grid_label(row: Dict[str, Any]) -> str:
     return _GRID_LABELS.get(key, key)
 
 
-def markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
-    """Verdicts at a glance: one line per scenario and device, one column per subject; the
-    example scripts get a grid of their own (their subjects are not the scenarios')."""
-    lines: List[str] = []
+def verdict_grids(rows: Sequence[Dict[str, Any]]) -> List[Tuple[List[str], List[List[str]]]]:
+    """Verdicts at a glance, as (header, lines) tables: one line per scenario and device, one
+    column per subject; the example scripts get a table of their own (their subjects are not
+    the scenarios')."""
+    grids = []
     for examples in (False, True):
         group = [row for row in rows if row["scenario"].startswith("example:") == examples]
         if not group:
@@ -147,13 +148,34 @@ def markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
         for row in group:
             found = cells.setdefault((row["scenario"], row["device"]), {"dtype": row["dtype"]})
             found[_grid_label(row)] = row["verdict"]
-        if lines:
-            lines.append("")
-        lines += ["| " + ("example" if examples else "scenario") + " | device | dtype | " + " | ".join(columns) + " |",
-                  "|" + "---|" * (3 + len(columns))]
-        lines += [f"| {_md(name.removeprefix('example:'))} | {_md(device)} | {_md(found['dtype'])} | "
-                  + " | ".join(found.get(c, "") for c in columns) + " |" for (name, device), found in cells.items()]
-    return lines
+        header = ["example" if examples else "scenario", "device", "dtype"] + columns
+        lines = [[name.removeprefix("example:"), device, found["dtype"]] + [found.get(c, "") for c in columns]
+                 for (name, device), found in cells.items()]
+        grids.append((header, lines))
+    return grids
+
+
+def markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    """:func:`verdict_grids` as Markdown tables, a blank line between them."""
+    out: List[str] = []
+    for header, lines in verdict_grids(rows):
+        if out:
+            out.append("")
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(_md(cell) for cell in line) + " |" for line in lines]
+    return out
+
+
+def _html_grids(rows: Sequence[Dict[str, Any]]) -> str:
+    tables = []
+    for header, lines in verdict_grids(rows):
+        head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+        body = "".join("<tr>" + "".join(
+            f'<td><span class="verdict {html.escape(cell)}">{html.escape(cell)}</span></td>' if i >= 3 and cell
+            else f"<td>{html.escape(cell)}</td>" for i, cell in enumerate(line)) + "</tr>" for line in lines)
+        tables.append(f'<div class="wrap"><table class="grid"><thead><tr>{head}</tr></thead>'
+                      f"<tbody>{body}</tbody></table></div>")
+    return "".join(tables)
 
 
 def _markdown(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: str) -> str:
@@ -241,7 +263,7 @@ h1{margin-bottom:.2em} code{background:#f4f4f4;padding:0 .2em;word-break:break-a
 table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f0f0f0}
-.wrap{overflow-x:auto} table.rows{width:100%} td.reason{min-width:18em} td.links{white-space:nowrap}
+.wrap{overflow-x:auto;margin-bottom:1em} table.rows{width:100%} td.dtype{white-space:nowrap} td.reason{min-width:18em} td.links{white-space:nowrap}
 td.max_abs_diff{font-variant-numeric:tabular-nums;white-space:nowrap}
 .verdict{padding:0 .4em;border-radius:3px;font-weight:600}
 .verdict.bitwise{background:#dcefdc}.verdict.close{background:#fff1b8}
@@ -255,6 +277,7 @@ svg.plot{width:100%;height:auto;display:block}
 details.figure summary{cursor:pointer}
 .note,.reason{font-size:14px;color:#444;margin:.3em 0}
 .none{color:#888}
+@media (max-width:600px){body{padding:.5em}}
 """
 
 
@@ -276,6 +299,7 @@ def _html(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: 
         "<h1>roundpipe-parity report</h1>"
         f'<table class="environment">{env}</table>'
         f"<p><strong>Summary:</strong> {html.escape(_summary_text(rows))}.</p>"
+        f"<h2>At a glance</h2>{_html_grids(rows)}"
         f'<h2>How to read it</h2><dl class="key">{columns}</dl><h3>Verdicts</h3><dl class="key">{verdicts}</dl>'
         f'<h3>References and subjects</h3><dl class="key">{subjects}</dl>'
         f'<h2>Rows</h2><div class="wrap"><table class="rows"><thead><tr>{head}</tr></thead>'

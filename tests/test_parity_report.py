@@ -84,6 +84,14 @@ def test_markdown_grid_gives_one_verdict_per_scenario_and_subject(tmp_path):
     assert "| amp_basic.py | cpu | float32 | close |" in grid
 
 
+def test_html_grid_shows_the_same_verdicts(written):
+    page = (written / "report.html").read_text(encoding="utf-8")
+    grid = page.split("<h2>At a glance</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<th>drop-in</th><th>exact</th><th>async</th>" in grid
+    assert '<td>clean</td><td>cpu</td><td>float32</td><td><span class="verdict bitwise">bitwise</span></td>' in grid
+    assert '<span class="verdict close">close</span>' in grid
+
+
 def test_markdown_environment_is_a_table_not_a_dict(written):
     markdown = (written / "report.md").read_text(encoding="utf-8")
     assert "{" not in markdown.split("| scenario |")[0]
