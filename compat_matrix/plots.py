@@ -85,7 +85,8 @@ def _transform(value: float, scale: str) -> Optional[float]:
 def _polylines(frame: _Frame, values: Sequence[Optional[float]], colour: str, dashed: bool) -> str:
     """The line through ``values``, broken where a value cannot be drawn; a dot per step."""
     dash = ' stroke-dasharray="7 4"' if dashed else ""
-    parts, run = [], []
+    parts: List[str] = []
+    run: List[str] = []
     for step, value in enumerate(list(values) + [None]):
         if value is None:
             if len(run) > 1:
@@ -120,12 +121,14 @@ def _axes(frame: _Frame, y_ticks: Sequence[float], scale: str, y_label: str) -> 
 def _legend(entries: Sequence[Tuple[str, str]]) -> str:
     """``entries``: (swatch svg drawn at the origin, label), laid out under the title, on a
     second line when the first is full."""
-    parts, x, y = [], LEFT, 34
+    parts: List[str] = []
+    x, y = float(LEFT), 34
     for swatch, label in entries:
         width = 40 + 6.6 * len(label)  # swatch, gap, and about 6.6 px per character at 12 px
         if x + width > WIDTH - RIGHT and x > LEFT:
-            x, y = LEFT, y + 15
-        parts.append(f'<g transform="translate({x:.0f} {y})">{swatch}<text x="26" y="4">{html.escape(label)}</text></g>')
+            x, y = float(LEFT), y + 15
+        parts.append(f'<g transform="translate({x:.0f} {y})">{swatch}'
+                     f'<text x="26" y="4">{html.escape(label)}</text></g>')
         x += width
     return "".join(parts)
 

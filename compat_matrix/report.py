@@ -263,7 +263,8 @@ h1{margin-bottom:.2em} code{background:#f4f4f4;padding:0 .2em;word-break:break-a
 table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f0f0f0}
-.wrap{overflow-x:auto;margin-bottom:1em} table.rows{width:100%} td.dtype{white-space:nowrap} td.reason{min-width:18em} td.links{white-space:nowrap}
+.wrap{overflow-x:auto;margin-bottom:1em} table.rows{width:100%}
+td.dtype,td.links{white-space:nowrap} td.reason{min-width:18em}
 td.max_abs_diff{font-variant-numeric:tabular-nums;white-space:nowrap}
 .verdict{padding:0 .4em;border-radius:3px;font-weight:600}
 .verdict.bitwise{background:#dcefdc}.verdict.close{background:#fff1b8}
