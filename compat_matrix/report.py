@@ -79,6 +79,8 @@ def validate_report(data: Dict[str, Any]) -> None:
         for name, kinds in ROW_FIELDS.items():
             if name not in row or not isinstance(row[name], kinds):
                 raise ValueError(f"report.json row {index}: field {name!r} missing or mistyped")
+        if not isinstance(row.get("bound"), (int, float, type(None))):
+            raise ValueError(f"report.json row {index}: 'bound' is not a number")
         if row["verdict"] not in VERDICTS:
             raise ValueError(f"report.json row {index}: unknown verdict {row['verdict']!r}")
         if row["verdict"] in ("close", "skipped", "diverged") and not row["reason"]:
@@ -272,8 +274,8 @@ td.max_abs_diff{font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.skipped td{color:#666} tr:target{outline:2px solid #1f5fa8}
 dl.key{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;font-size:14px}
 dl.key dt{font-weight:600} dl.key dd{margin:0}
-.panels{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,480px),1fr));gap:12px}
-svg.plot{width:100%;height:auto;display:block}
+.panels{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,480px),1fr));gap:12px;overflow-x:auto}
+svg.plot{width:100%;min-width:440px;height:auto;display:block}
 .figure{border-top:1px solid #ddd;padding:.6em 0}
 details.figure summary{cursor:pointer}
 .note,.reason{font-size:14px;color:#444;margin:.3em 0}

@@ -229,3 +229,11 @@ def test_progress_stays_silent_off_a_terminal():
     progress(1, 5, "growth (cpu)")
     progress.close()
     assert stream.getvalue() == ""
+
+
+def test_schema_check_rejects_a_bound_that_is_not_a_number():
+    from compat_matrix.report import validate_report
+
+    row = dict(ROWS[1], bound="1e-5")
+    with pytest.raises(ValueError, match="'bound' is not a number"):
+        validate_report({"version": 1, "environment": {}, "summary": {}, "rows": [row]})
