@@ -14,7 +14,7 @@ import torch
 from compat_matrix import cli
 from compat_matrix.plots import abs_differences, diff_panel, series_panel
 from compat_matrix.progress import Progress
-from compat_matrix.report import REPORT_FILES, write_reports
+from compat_matrix.report import REPORT_FILES, validate_report, write_reports
 from compat_matrix.scenarios import scenario_names
 
 ENVIRONMENT = {"date": "2026-12-01T09:00:00+00:00", "python": "3.11.7", "platform": "Linux-x86_64",
@@ -232,8 +232,6 @@ def test_progress_stays_silent_off_a_terminal():
 
 
 def test_schema_check_rejects_a_bound_that_is_not_a_number():
-    from compat_matrix.report import validate_report
-
     row = dict(ROWS[1], bound="1e-5")
     with pytest.raises(ValueError, match="'bound' is not a number"):
         validate_report({"version": 1, "environment": {}, "summary": {}, "rows": [row]})
