@@ -235,3 +235,15 @@ def test_schema_check_rejects_a_bound_that_is_not_a_number():
     row = dict(ROWS[1], bound="1e-5")
     with pytest.raises(ValueError, match="'bound' is not a number"):
         validate_report({"version": 1, "environment": {}, "summary": {}, "rows": [row]})
+
+
+def test_a_diverged_row_with_a_short_subject_trace_still_gets_its_panels(tmp_path):
+    series = {"scales_reference": [8.0, 4.0, 4.0], "scales_subject": [8.0, 8.0],
+              "skipped_reference": [False, True, False], "skipped_subject": [False, False],
+              "losses_reference": [1.0, math.inf, 0.5], "losses_subject": [1.0, 2.0]}
+    row = _row("forced_overflow", "exact", "diverged", "scale/skip sequences differ; first difference at step 1",
+               0.5, series=series, first_divergence=1)
+    write_reports(tmp_path, [row], ENVIRONMENT, "roundpipe-parity")
+    figure = (tmp_path / "report.html").read_text(encoding="utf-8").split('id="plot-0"')[1]
+    assert figure.count("<svg") == 4  # scale, its difference, loss, its difference
+    assert "skip differs" in figure and "one side not finite" in figure
