@@ -14,7 +14,7 @@ import html
 import math
 from typing import List, Optional, Sequence, Tuple
 
-__all__ = ["series_panel", "diff_panel", "abs_differences"]
+__all__ = ["series_panel", "diff_panel", "abs_differences", "standalone"]
 
 WIDTH, HEIGHT = 640, 260
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 60, 44
@@ -144,10 +144,20 @@ _CROSS_SWATCH = f'<text x="11" y="5" text-anchor="middle" fill="{ALERT_COLOUR}" 
 
 def _svg(title: str, body: str) -> str:
     label = html.escape(title)
+    room = WIDTH - LEFT - 8
+    # about 7.2 px per character in 14 px bold; a longer title is squeezed to fit, not cut off
+    fit = f' textLength="{room}" lengthAdjust="spacingAndGlyphs"' if 7.2 * len(title) > room else ""
     return (f'<svg class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg" '
             f'role="img" aria-label="{label}" font-family="sans-serif" font-size="12">'
-            f'<title>{label}</title><text x="{LEFT}" y="18" font-size="14" font-weight="bold">{label}</text>'
+            f'<title>{label}</title><text x="{LEFT}" y="18" font-size="14" font-weight="bold"{fit}>{label}</text>'
             f"{body}</svg>")
+
+
+def standalone(panel: str) -> str:
+    """A panel as an ``.svg`` file of its own: with an XML declaration, and the size an
+    ``<img>`` showing it takes (the inline panels have none, so that they fill their box)."""
+    sized = panel.replace("<svg ", f'<svg width="{WIDTH}" height="{HEIGHT}" ', 1)
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{sized}\n'
 
 
 def series_panel(title: str, y_label: str, reference: Sequence[float], subject: Sequence[float],

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .plots import abs_differences, diff_panel, series_panel
 
-__all__ = ["write_reports", "ROW_FIELDS", "validate_report", "VERDICTS", "REPORT_FILES"]
+__all__ = ["write_reports", "ROW_FIELDS", "validate_report", "VERDICTS", "REPORT_FILES", "row_panels"]
 
 VERDICTS = ("bitwise", "close", "diverged", "skipped")
 REPORT_FILES = ("report.md", "report.json", "report.html")
@@ -204,34 +204,43 @@ def _row_title(row: Dict[str, Any]) -> str:
     return f"{row['scenario']}: {row['reference']} vs {row['subject']} ({row['device']})"
 
 
-def _figure(index: int, row: Dict[str, Any]) -> Optional[str]:
-    """The plots of one row, or None when it has no series (skipped rows)."""
+def row_panels(row: Dict[str, Any], prefix: str = "") -> Tuple[List[Tuple[str, str]], List[str]]:
+    """The plots of one row as (kind, svg) pairs, kind one of ``scale``, ``scale-diff``,
+    ``loss`` and ``loss-diff``, and a note for each difference panel left out because the
+    difference is 0 at every step. ``prefix`` starts every title. Skipped rows have neither."""
     series = row["series"]
     names = (row["reference"], row["subject"])
     panels, notes = [], []
     metrics = []
     if series.get("scales_reference") is not None and "scales_subject" in series:
-        metrics.append(("loss scale", "scale (log2 axis)", "scales", "log2"))
+        metrics.append(("loss scale", "scale (log2 axis)", "scales", "scale", "log2"))
     if "losses_reference" in series:
-        metrics.append(("loss", "loss", "losses", "linear"))
-    for title, y_label, key, scale in metrics:
+        metrics.append(("loss", "loss", "losses", "loss", "linear"))
+    for title, y_label, key, kind, scale in metrics:
         reference, subject = series[f"{key}_reference"], series[f"{key}_subject"]
-        panels.append(series_panel(f"{title} per step", y_label, reference, subject, names, scale,
-                                   series.get("skipped_reference", ()), series.get("skipped_subject", ())))
+        panels.append((kind, series_panel(f"{prefix}{title} per step", y_label, reference, subject, names, scale,
+                                          series.get("skipped_reference", ()), series.get("skipped_subject", ()))))
         differences = abs_differences(reference, subject)
         if any(differences) or len(reference) != len(subject):
-            panels.append(diff_panel(f"{title}: |subject − reference| per step", differences,
-                                     row.get("bound") if key == "losses" else None))
+            panels.append((f"{kind}-diff", diff_panel(f"{prefix}{title}: |subject − reference| per step",
+                                                      differences, row.get("bound") if key == "losses" else None)))
         else:
             notes.append(f"{title}: |subject − reference| = 0 at every step")
+    return panels, notes
+
+
+def _figure(index: int, row: Dict[str, Any]) -> Optional[str]:
+    """The plots of one row, or None when it has no series (skipped rows)."""
+    panels, notes = row_panels(row)
     if not panels:
         return None
     back = _link(f"#row-{index}", "back to the table")
-    body = (f'<div class="panels">{"".join(panels)}</div>'
+    body = (f'<div class="panels">{"".join(svg for _, svg in panels)}</div>'
             + "".join(f'<p class="note">{html.escape(note)}</p>' for note in notes))
     heading = (f'{html.escape(_row_title(row))}: <span class="verdict {html.escape(row["verdict"])}">'
                f'{html.escape(row["verdict"])}</span>')
     if row["verdict"] == "bitwise":
+        series = row["series"]
         steps = len(series.get("losses_reference") or series.get("scales_reference") or [])
         return (f'<details class="figure" id="plot-{index}"><summary>{heading} — identical at all {steps} '
                 f"steps</summary><p>{back}</p>{body}</details>")

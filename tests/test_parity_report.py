@@ -7,11 +7,12 @@ rows from a real matrix run are checked in tests/test_parity.py."""
 import io
 import math
 import re
+import xml.etree.ElementTree as ET
 
 import pytest
 import torch
 
-from compat_matrix import cli
+from compat_matrix import cli, export_plots
 from compat_matrix.plots import abs_differences, diff_panel, series_panel
 from compat_matrix.progress import Progress
 from compat_matrix.report import REPORT_FILES, validate_report, write_reports
@@ -247,3 +248,45 @@ def test_a_diverged_row_with_a_short_subject_trace_still_gets_its_panels(tmp_pat
     figure = (tmp_path / "report.html").read_text(encoding="utf-8").split('id="plot-0"')[1]
     assert figure.count("<svg") == 4  # scale, its difference, loss, its difference
     assert "skip differs" in figure and "one side not finite" in figure
+
+
+def test_a_title_too_long_for_the_panel_is_squeezed_to_fit():
+    short, long = diff_panel("loss", [0.5]), diff_panel("a title of well over eighty characters " * 3, [0.5])
+    assert "textLength" not in short and 'textLength="562" lengthAdjust="spacingAndGlyphs"' in long
+
+
+def test_export_plots_writes_each_panel_as_a_standalone_svg_with_axes(written, tmp_path, capsys):
+    out = tmp_path / "plots"
+    assert export_plots.main([str(written / "report.json"), str(out)]) == 0
+    names = sorted(path.name for path in out.iterdir())
+    assert names == sorted(["cpu-clean-dropin-scale.svg", "cpu-clean-dropin-loss.svg",  # bitwise: no diff panels
+                            "cpu-microbatches-exact-scale.svg", "cpu-microbatches-exact-loss.svg",
+                            "cpu-microbatches-exact-loss-diff.svg"])  # the skipped row has none
+    svg = "{http://www.w3.org/2000/svg}"
+    for name in names:
+        root = ET.fromstring((out / name).read_bytes())  # well-formed XML, an <svg> at the root
+        assert root.tag == f"{svg}svg" and (root.get("width"), root.get("height")) == ("640", "260")
+        texts = [t.text for t in root.iter(f"{svg}text")]
+        assert "optimizer step" in texts and "3" in texts, "the step axis, labelled and ticked"
+        assert root.find(f"{svg}title").text.startswith(name.split("-")[1] + ", ")
+    diff = (out / "cpu-microbatches-exact-loss-diff.svg").read_text(encoding="utf-8")
+    assert "bound 1e-05" in diff and ">1e-7</text>" in diff
+    assert "wrote 5 SVG file(s)" in capsys.readouterr().err
+
+
+def test_export_plots_writes_only_the_panels_named(written, tmp_path):
+    out = tmp_path / "plots"
+    assert export_plots.main([str(written / "report.json"), str(out), "--panel", "cpu-clean-dropin-loss"]) == 0
+    assert [path.name for path in out.iterdir()] == ["cpu-clean-dropin-loss.svg"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--panel", "cpu-clean-exact-loss"], "no panel named cpu-clean-exact-loss"),
+    ([], "not-there.json"),
+])
+def test_export_plots_rejects_an_unknown_panel_or_report(written, tmp_path, capsys, args, message):
+    report = written / ("report.json" if args else "not-there.json")
+    with pytest.raises(SystemExit) as exit_info:
+        export_plots.main([str(report), str(tmp_path / "plots")] + args)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "plots").exists()
