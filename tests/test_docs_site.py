@@ -58,3 +58,15 @@ def test_docs_site_builds_strict(tmp_path):
     assert parity.count('<img alt="') >= 2 and ".svg" in parity
     for image in set(re.findall(r'src="([^"]+\.svg)"', parity)):
         assert (site / "parity" / image).resolve().is_file(), image
+
+
+@pytest.mark.parametrize("page", ["parity.md", "parity.zh.md"])
+def test_parity_plots_are_the_ones_the_pages_export_command_writes(page):
+    """docs/assets/parity holds exactly the panels the page's export command names, and the
+    page shows each of them."""
+    text = (REPO_ROOT / "docs" / page).read_text(encoding="utf-8")
+    command = text.split("python -m compat_matrix.export_plots out/parity/report.json docs/assets/parity", 1)[1]
+    panels = re.findall(r"--panel (\S+)", command.split("```", 1)[0])
+    files = sorted(path.stem for path in (REPO_ROOT / "docs" / "assets" / "parity").glob("*.svg"))
+    assert sorted(panels) == files
+    assert sorted(re.findall(r"\(assets/parity/(\S+)\.svg\)", text)) == files
