@@ -216,7 +216,6 @@ def run_matrix(device: str = "cpu", quick: bool = False, scenarios: Optional[Lis
                             for ref, sub, _ in PAIRS)
             else:
                 rows.extend(_scenario_rows(scenario, dev))
-    report(len(units), len(units), "done")
     return rows
 
 

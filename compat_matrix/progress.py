@@ -25,7 +25,7 @@ class Progress:
 
     def __call__(self, done: int, total: int, label: str) -> None:
         elapsed = self._clock() - self._start
-        if not self._enabled or elapsed < self._delay or done >= total:
+        if not self._enabled or elapsed < self._delay:
             return
         line = f"roundpipe-parity: [{done + 1}/{total}] {label}, {elapsed:.0f} s"
         self._stream.write("\r" + line.ljust(self._shown))
