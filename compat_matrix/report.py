@@ -96,7 +96,7 @@ def _summary_text(rows: Sequence[Dict[str, Any]]) -> str:
     return ", ".join(f"{count} {verdict}" for verdict, count in _summary(rows).items())
 
 
-def subject_key(name: str) -> str:
+def _subject_key(name: str) -> str:
     """The glossary entry for a reference or subject name (``apex O2`` -> ``apex``)."""
     if name in _SUBJECT_DOCS:
         return name
@@ -118,7 +118,7 @@ def _md(text: str) -> str:
     return text.replace("|", "&#124;").replace("\n", " ")
 
 
-def environment_items(environment: Dict[str, Any], command: str) -> List[Tuple[str, str]]:
+def _environment_items(environment: Dict[str, Any], command: str) -> List[Tuple[str, str]]:
     """The run's header as (label, value) pairs, in reading order."""
     cuda = ("yes: " + ", ".join(environment.get("cuda_devices") or [])) if environment.get("cuda_available") else "no"
     items = [("date (UTC)", environment.get("date", "")), ("command", command),
@@ -132,11 +132,11 @@ _GRID_LABELS = {"dropin": "drop-in", "roundpipe.compat": "apex → compat"}
 
 
 def _grid_label(row: Dict[str, Any]) -> str:
-    key = subject_key(row["subject"])
+    key = _subject_key(row["subject"])
     return _GRID_LABELS.get(key, key)
 
 
-def verdict_grids(rows: Sequence[Dict[str, Any]]) -> List[Tuple[List[str], List[List[str]]]]:
+def _verdict_grids(rows: Sequence[Dict[str, Any]]) -> List[Tuple[List[str], List[List[str]]]]:
     """Verdicts at a glance, as (header, lines) tables: one line per scenario and device, one
     column per subject; the example scripts get a table of their own (their subjects are not
     the scenarios')."""
@@ -157,10 +157,10 @@ def verdict_grids(rows: Sequence[Dict[str, Any]]) -> List[Tuple[List[str], List[
     return grids
 
 
-def markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
-    """:func:`verdict_grids` as Markdown tables, a blank line between them."""
+def _markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    """:func:`_verdict_grids` as Markdown tables, a blank line between them."""
     out: List[str] = []
-    for header, lines in verdict_grids(rows):
+    for header, lines in _verdict_grids(rows):
         if out:
             out.append("")
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -170,7 +170,7 @@ def markdown_grid(rows: Sequence[Dict[str, Any]]) -> List[str]:
 
 def _html_grids(rows: Sequence[Dict[str, Any]]) -> str:
     tables = []
-    for header, lines in verdict_grids(rows):
+    for header, lines in _verdict_grids(rows):
         head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
         body = "".join("<tr>" + "".join(
             f'<td><span class="verdict {html.escape(cell)}">{html.escape(cell)}</span></td>' if i >= 3 and cell
@@ -183,8 +183,8 @@ def _html_grids(rows: Sequence[Dict[str, Any]]) -> str:
 def _markdown(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: str) -> str:
     lines = ["# roundpipe-parity report", "", "| run | |", "|---|---|"]
     lines += [f"| {label} | {_md(f'`{value}`' if label == 'command' else value)} |"
-              for label, value in environment_items(environment, command)]
-    lines += ["", f"Summary: {_summary_text(rows)}.", "", "## At a glance", ""] + markdown_grid(rows)
+              for label, value in _environment_items(environment, command)]
+    lines += ["", f"Summary: {_summary_text(rows)}.", "", "## At a glance", ""] + _markdown_grid(rows)
     lines += ["", "## Every row", "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
               "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_md(_cell_text(row, c)) for c, _, _ in COLUMNS) + " |" for row in rows]
@@ -253,12 +253,12 @@ def _table_row(index: int, row: Dict[str, Any], has_plot: bool, docs: str) -> st
     for column, _, _ in COLUMNS:
         text = _cell_text(row, column)
         if column in ("reference", "subject"):
-            cells.append(f"<td>{_link('#term-' + _slug(subject_key(text)), text)}</td>")
+            cells.append(f"<td>{_link('#term-' + _slug(_subject_key(text)), text)}</td>")
         elif column == "verdict":
             cells.append(f'<td><span class="verdict {html.escape(text)}">{html.escape(text)}</span></td>')
         else:
             cells.append(f'<td class="{column}">{html.escape(text)}</td>')
-    page = _SUBJECT_DOCS.get(subject_key(row["subject"]), "parity.md")
+    page = _SUBJECT_DOCS.get(_subject_key(row["subject"]), "parity.md")
     plot = _link(f"#plot-{index}", "plot") if has_plot else '<span class="none">no plot</span>'
     cells.append(f'<td class="links">{plot} · {_link(f"{docs}/{page}", "docs")}</td>')
     return f'<tr id="row-{index}" class="{html.escape(row["verdict"])}">{"".join(cells)}</tr>'
@@ -296,7 +296,7 @@ details.figure summary{cursor:pointer}
 def _html(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: str, docs: str) -> str:
     figures = [_figure(index, row) for index, row in enumerate(rows)]
     env = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(value)}</td></tr>"
-                  for label, value in environment_items(environment, command))
+                  for label, value in _environment_items(environment, command))
     head = "".join(f"<th>{html.escape(heading)}</th>" for _, heading, _ in COLUMNS) + "<th>see</th>"
     table = "".join(_table_row(index, row, figures[index] is not None, docs) for index, row in enumerate(rows))
     columns = "".join(f"<dt>{html.escape(heading)}</dt><dd>{html.escape(text)}</dd>" for _, heading, text in COLUMNS)
