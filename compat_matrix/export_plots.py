@@ -30,9 +30,9 @@ def panel_files(data: Dict[str, Any]) -> Dict[str, str]:
     """Every panel of a report.json as {NAME: the text of NAME.svg}, in the report's order."""
     files: Dict[str, str] = {}
     for row in data["rows"]:
-        scenario = row["scenario"].removeprefix("example:").removesuffix(".py")
-        stem = "-".join(_name_part(part) for part in (row["device"], scenario, row["subject"]))
-        panels, _ = row_panels(row, prefix=f"{row['scenario'].removeprefix('example:')}, {row['subject']} — ")
+        scenario = row["scenario"].removeprefix("example:")
+        stem = "-".join(_name_part(part) for part in (row["device"], scenario.removesuffix(".py"), row["subject"]))
+        panels, _ = row_panels(row, prefix=f"{scenario}, {row['subject']} — ")
         for kind, svg in panels:
             name = f"{stem}-{kind}"
             if name in files:
