@@ -197,12 +197,13 @@ def test_last_line_names_every_file_written(tmp_path, capsys):
     assert not any("\r" in line for line in lines), "no progress line when stderr is not a terminal"
 
 
-def test_device_cuda_without_cuda_says_so_on_stderr(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("device, rest", [("cuda", "reported as skipped\n"), ("all", "; the CPU rows run\n")])
+def test_device_cuda_without_cuda_says_so_on_stderr(tmp_path, capsys, monkeypatch, device, rest):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert cli.main(["--device", "cuda", "--scenario", "clean", "--steps", "2", "--out", str(tmp_path)]) == 0
+    assert cli.main(["--device", device, "--scenario", "clean", "--steps", "2", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
-    assert "--device cuda: CUDA is not available on this machine" in err
-    assert "reported as skipped" in err
+    assert f"--device {device}: CUDA is not available on this machine" in err
+    assert "reported as skipped" in err and rest in err
 
 
 class _Terminal(io.StringIO):
