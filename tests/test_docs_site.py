@@ -53,7 +53,7 @@ def test_docs_site_builds_strict(tmp_path):
         assert fallback.index("本页暂无中文版") < fallback.index("<h1"), page
         assert "本页暂无中文版" not in (site / page / "index.html").read_text(encoding="utf-8")
     assert "本页暂无中文版" not in (site / "zh" / "quickstart" / "index.html").read_text(encoding="utf-8")
-    # The parity page shows its plots (inline SVG files next to it) and the run's date.
+    # The parity page shows its plots, SVG files that the built site holds.
     parity = (site / "parity" / "index.html").read_text(encoding="utf-8")
     assert parity.count('<img alt="') >= 2 and ".svg" in parity
     for image in set(re.findall(r'src="([^"]+\.svg)"', parity)):
