@@ -90,7 +90,7 @@ def compare_traces(reference: Trace, subject: Trace, bound: Optional[float] = No
                   and len(params_ref) == len(params_sub)
                   and reference.scaler_state == subject.scaler_state)
     if bound is not None and same_shape and worst <= bound:
-        return Verdict("close", f"{reason} (max |diff| {worst:.3g} <= {bound:g}; scale and skipped steps identical)",
-                       worst, apart)
-    detail = "scale/skip sequences differ" if not same_shape else f"max |diff| {worst:.3g}"
+        return Verdict("close", f"{reason}; bound: every parameter, loss and optimizer-state value within "
+                       f"{bound:g} (absolute) of the reference; scale and skipped steps identical", worst, apart)
+    detail = "scale/skip sequences differ" if not same_shape else f"largest absolute difference {worst:.3g}"
     return Verdict("diverged", f"{detail}; first difference at step {apart}", worst, apart)

@@ -30,6 +30,14 @@ def test_quick_cpu_matrix_has_no_diverged_row(quick_report):
     assert verdicts[("forced_overflow", "async_reference", "async")] == "bitwise"
     assert verdicts[("microbatches", "torch", "exact")] == "close"
     assert verdicts[("example:amp_basic.py", "original", "migrated --exact")] == "bitwise"
+    rows = {(r["scenario"], r["reference"], r["subject"]): r for r in data["rows"]}
+    assert rows[("bf16_autocast", "torch", "exact")]["dtype"] == "float32 + autocast bfloat16"
+    assert rows[("fp16_autocast", "torch", "exact")]["dtype"] == "float32 + autocast float16"
+    close = rows[("microbatches", "torch", "exact")]["reason"]
+    assert "bound" in close and "1e-05 (absolute)" in close
+    example = rows[("example:amp_basic.py", "original", "migrated (async)")]
+    assert "tolerance per printed loss: half the original's largest loss" in example["reason"]
+    assert example["bound"] == pytest.approx(0.5 * max(example["series"]["losses_reference"]))
     skipped = [r for r in data["rows"] if r["verdict"] == "skipped"]
     assert skipped and all(r["reason"] for r in skipped)
     if not torch.cuda.is_available():
@@ -40,9 +48,9 @@ def test_report_files_agree_and_follow_the_schema(quick_report):
     _, out, data = quick_report
     validate_report(data)
     assert data["environment"]["torch"] == torch.__version__
-    markdown = (out / "report.md").read_text()
-    table = [line for line in markdown.splitlines() if line.startswith("| ") and not line.startswith("| scenario")]
-    parsed = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in table]
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    table = markdown.split("## Every row\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    parsed = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table]
     assert [(p[0], p[1], p[2], p[3], p[5]) for p in parsed] == [
         (r["scenario"], r["reference"], r["subject"], r["device"], r["verdict"]) for r in data["rows"]]
     page = (out / "report.html").read_text()
