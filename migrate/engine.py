@@ -11,23 +11,20 @@ from __future__ import annotations
 from typing import List
 
 import libcst as cst
+import libcst.matchers as m
 
 from .diagnostics import Diagnostic, FileResult, Rewrite
-from .edits import EditApplier, EditConflict, Edits
+from .edits import EditApplier, EditConflict
 from .names import ModuleFacts
 from .prefilter import might_use_amp
 from .apex_amp import plan_apex
 from .model_uses import ModelUses
-from .plan import Blocked
-from .steps import NUM_MICROBATCH
+from .plan import Blocked, Plan
 from .torch_amp import plan_torch_amp
 
 __all__ = ["migrate_source"]
 
-_HEADER = (
-    "import roundpipe\n",
-    f"{NUM_MICROBATCH} = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it\n",
-)
+_MICROBATCH_NOTE = "  # roundpipe-migrate: microbatches per batch; mean losses are divided by it"
 
 
 def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
@@ -69,7 +66,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
         return result
     if not plan.edits:
         return result
-    _add_header(facts.module, plan.edits)
+    _add_header(facts.module, plan)
     migrated = facts.module.visit(EditApplier(plan.edits)).code
     try:
         compile(migrated, path, "exec")
@@ -89,14 +86,23 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
     return result
 
 
-def _add_header(module: cst.Module, edits: Edits) -> None:
-    """``import roundpipe`` and the microbatch constant after the module's imports."""
+def _add_header(module: cst.Module, plan: Plan) -> None:
+    """``import roundpipe`` and the microbatch constant at the end of the module's top import
+    block (docstring, ``__future__`` and the imports before any other statement), so module
+    code that runs before a later import already sees them; ``import roundpipe`` is not
+    repeated when the top block has it."""
     body: List[cst.BaseStatement] = list(module.body)
     index = 0
-    for position, statement in enumerate(body):
-        if _is_import_line(statement) or _is_docstring(statement, position):
-            index = position + 1
-    edits.insert_before(module, index, [cst.parse_statement(line) for line in _HEADER])
+    while index < len(body) and (_is_import_line(body[index]) or _is_docstring(body[index], index)):
+        index += 1
+    lines = [] if any(_imports_roundpipe(s) for s in body[:index]) else ["import roundpipe\n"]
+    lines.append(f"{plan.microbatch} = 1{_MICROBATCH_NOTE}\n")
+    plan.edits.insert_before(module, index, [cst.parse_statement(line) for line in lines])
+
+
+def _imports_roundpipe(statement: cst.BaseStatement) -> bool:
+    return m.matches(statement, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(
+        name=m.Name("roundpipe"), asname=None)])]))
 
 
 def _is_import_line(statement: cst.BaseStatement) -> bool:

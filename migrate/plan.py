@@ -41,3 +41,20 @@ class Plan:
     wrapped_optimizers: Set[int] = field(default_factory=set)
     wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after (source order)
     helper_names: Set[str] = field(default_factory=set)
+    taken_names: Set[str] = field(default_factory=set)  # every name the module already uses
+    microbatch: str = ""  # the generated microbatch-count constant (see :meth:`fresh`)
+
+    def __post_init__(self) -> None:
+        if not self.microbatch:
+            self.microbatch = self.fresh("NUM_MICROBATCH")
+
+    def fresh(self, base: str) -> str:
+        """A generated name that neither the module nor earlier generated code uses, so it
+        never captures or shadows a user's name (``base``, else ``base_2``, ``base_3``...)."""
+        used = self.taken_names | self.helper_names
+        name, counter = base, 2
+        while name in used:
+            name = f"{base}_{counter}"
+            counter += 1
+        self.helper_names.add(name)
+        return name

@@ -22,9 +22,7 @@ from .syntax import assigned_names, code, is_assignment_line, method_call, names
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["NUM_MICROBATCH", "StepBuilder", "ForwardRegion"]
-
-NUM_MICROBATCH = "NUM_MICROBATCH"
+__all__ = ["StepBuilder", "ForwardRegion"]
 
 
 class StepBuilder:
@@ -205,7 +203,7 @@ class StepBuilder:
         index = list(block.body).index(built.statement)
         wrap = cst.parse_statement(
             f"{model} = roundpipe.RoundPipe({model}, model_run_config="
-            f"roundpipe.RoundPipeRunConfig(num_microbatch={NUM_MICROBATCH}))\n"
+            f"roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch}))\n"
         )
         plan.edits.insert_before(block, index, [wrap])
         plan.rewrites.append((built.statement, f"wrapped {model} with roundpipe.RoundPipe; "
@@ -401,7 +399,7 @@ class StepBuilder:
         if output_name is None:
             plan.edits.replace_expression(model_call, lambda _: cst.Name(out_param))
         loss_value = code(self.loss)
-        divisor = "" if sum_reduced else f" / {NUM_MICROBATCH}"
+        divisor = "" if sum_reduced else f" / {plan.microbatch}"
         scaler = self.scaler
         head = ""
         if len(labels) > 1:
@@ -463,14 +461,7 @@ class StepBuilder:
         return [block.with_changes(body=block.body.with_changes(body=list(region.outside)))]
 
     def _fresh(self, base: str) -> str:
-        used = self.facts.all_names | self.rules.plan.helper_names
-        name = base
-        counter = 2
-        while name in used:
-            name = f"{base}_{counter}"
-            counter += 1
-        self.rules.plan.helper_names.add(name)
-        return name
+        return self.rules.plan.fresh(base)
 
     # ------------------------------------------------------------- emit: step
     def _plan_step_group(self, group_block, group_start, group_end, group, optimizer, model,

@@ -31,10 +31,10 @@ import libcst.matchers as m
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, Plan
-from .steps import NUM_MICROBATCH, StepBuilder
+from .steps import StepBuilder
 from .syntax import code, only_expression
 
-__all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp", "NUM_MICROBATCH"]
+__all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
 
 class TorchAmpRules:
@@ -43,7 +43,7 @@ class TorchAmpRules:
     def __init__(self, facts: ModuleFacts, exact: bool) -> None:
         self.facts = facts
         self.exact = exact
-        self.plan = Plan()
+        self.plan = Plan(taken_names=set(facts.all_names))
         self._step_method_uses: List[cst.Name] = []
         self.step_statements: Set[cst.CSTNode] = set()
         self.backward_statements: Set[cst.CSTNode] = set()
