@@ -310,7 +310,8 @@ class StepBuilder:
             raise Blocked(first, "RPM113", f"values computed in the forward "
                           f"({', '.join(sorted(leaking))}) are read outside the loss computation; "
                           "moving them into the loss function would change them there; not migrated")
-        labels = self._labels(region, moved_statements, model_call, assigned)
+        kept = [s for s, inside in zip(statements, moved) if not inside]
+        labels = self._labels(region, moved_statements, model_call, assigned, kept)
         self._check_locals(moved_statements, {output_name or "", *labels})
         input_args, input_kwargs = self._inputs(model_call)
         self._emit_forward(region, ForwardPlan(
@@ -404,6 +405,20 @@ class StepBuilder:
                 return target.value, True
         return None, False
 
+    def _next_batch_names(self, model_call: cst.Call, kept: List[cst.BaseStatement]) -> Set[str]:
+        """Names bound, after the forward, by the statement that fetches the next batch (the
+        one that rebinds the model's inputs, ``x, y = next(it)``): this iteration's data too."""
+        loop = self.facts.enclosing(self.backward, (cst.For, cst.While, cst.FunctionDef))
+        if not isinstance(loop, (cst.For, cst.While)):
+            return set()
+        inputs = set(names_in(model_call))
+        names: Set[str] = set()
+        for statement in [*kept, *self.body[self.index + 1:]]:
+            written = written_and_read(statement)[0] if is_assignment_line(statement) else set()
+            if written & inputs:
+                names |= written
+        return names
+
     def _batch_names(self, region: "ForwardRegion") -> Set[str]:
         """Names holding this iteration's data: the loop target and everything assigned in
         the loop body before the forward; without a loop, the function's parameters. A
@@ -424,8 +439,9 @@ class StepBuilder:
             names |= {p.name.value for p in loop.params.params}
         return names
 
-    def _labels(self, region, statements, model_call, assigned) -> List[str]:
-        batch = self._batch_names(region)
+    def _labels(self, region: "ForwardRegion", statements: List[cst.BaseStatement], model_call: cst.Call,
+                assigned: Set[str], kept: List[cst.BaseStatement]) -> List[str]:
+        batch = self._batch_names(region) | self._next_batch_names(model_call, kept)
         free: List[str] = []
         for statement in statements:
             for name in names_in(statement):
