@@ -127,4 +127,4 @@ def test_logged_loss_stays_finite_when_loss_times_scale_overflows(tmp_path):
         printed = _run(migrate_source(source, exact=exact).migrated, tmp_path, "overflow.py")
         losses = [float(v) for _, v in STEP.findall(printed)]
         assert losses and all(math.isfinite(v) for v in losses)
-        assert "scale 8.50705917" in printed.splitlines()[0]  # the first step overflowed: 2**127 halved
+        assert "scale 8.50705917" in printed  # a step overflowed: 2**127 was halved
