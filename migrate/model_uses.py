@@ -30,6 +30,9 @@ class ModelUses:
         self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
 
     def plan(self) -> None:
+        for statement, name in self.rules.plan.synchronize_before:
+            self._synchronize_before(statement, name, "before a main-thread write of optimizer state "
+                                     "(it would race with the asynchronous step)")
         seen: Set[Tuple[int, str]] = set()
         queue = list(self.rules.plan.wrapped_models)
         while queue:
@@ -84,7 +87,7 @@ class ModelUses:
             return None
         return self.facts.scope(function.body.body[0]), param, 0
 
-    def _synchronize_before(self, node: cst.CSTNode, name: str) -> None:
+    def _synchronize_before(self, node: cst.CSTNode, name: str, why: str = "before evaluation/saving") -> None:
         statement = self.facts.statement_of(node)
         block = self.facts.parent(statement)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -99,7 +102,7 @@ class ModelUses:
             return
         self._synced.add((id(block), index))
         self.rules.plan.edits.insert_before(block, index, [cst.parse_statement(f"{name}.synchronize()\n")])
-        self.rules.plan.rewrites.append((statement, f"{name}.synchronize() before evaluation/saving"))
+        self.rules.plan.rewrites.append((statement, f"{name}.synchronize() {why}"))
 
     @staticmethod
     def _trains(statement: cst.CSTNode) -> bool:

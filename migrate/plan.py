@@ -41,6 +41,8 @@ class Plan:
     wrapped_optimizers: Set[int] = field(default_factory=set)
     wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after (source order)
     helper_names: Set[str] = field(default_factory=set)
+    # (statement, model name): main-thread optimizer writes to order after the running step
+    synchronize_before: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     taken_names: Set[str] = field(default_factory=set)  # every name the module already uses
     microbatch: str = ""  # the generated microbatch-count constant (see :meth:`fresh`)
 

@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .edits import carry_comments, drop_keeping_comments
+from .optimizer_writes import optimizer_writes
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, PARALLEL_WRAPPERS
 from .plan import Binding, Blocked
 from .syntax import (assigned_names, code, is_assignment_line, is_plain_line, method_call, names_in,
@@ -53,6 +54,37 @@ class StepBuilder:
         zero_grads = self._zero_grads_to_move(region, optimizer, model, condition)
         self._plan_forward(region, model)
         self._plan_step_group(group_block, group_start, group_end, group, optimizer, model, zero_grads)
+        if not self.rules.exact:  # a synchronous step has finished when model.step returns
+            self._order_optimizer_writes(region, group, optimizer, model)
+
+    def _order_optimizer_writes(self, region: "ForwardRegion", group: List[cst.BaseStatement],
+                                optimizer: str, model: str) -> None:
+        """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
+        optimizer) in the step's function, and after the wrap where the optimizer is built,
+        wait for the running step first (``model.synchronize()`` before them)."""
+        forward = region.with_statement or region.statements[region.start:region.end]
+        skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
+        skipped |= {forward} if isinstance(forward, cst.With) else set(forward)
+        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+        trainers = {function.name.value} if isinstance(function, cst.FunctionDef) else set()
+        places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
+            (function or self.facts.module, optimizer, model, [self.backward])]
+        built = getattr(self, "built", None)
+        if built is not None and built.scope is not self.facts.scope(self.backward) and trainers:
+            root = self.facts.function_of(built.scope) or self.facts.module
+            calls = [c for c in m.findall(root, m.Call(func=m.Name(function.name.value)))]
+            places.append((root, built.name, self.model_outer, calls))
+        for root, name, model_name, anchors in places:
+            for statement in optimizer_writes(root, name, self._is_scheduler, skipped, trainers):
+                if any(self._may_run_after(statement, anchor) for anchor in anchors):
+                    self.rules.plan.synchronize_before.append((statement, model_name))
+
+    def _may_run_after(self, statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+        """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
+        if self.facts.order(statement) > self.facts.order(anchor):
+            return True
+        loops = {id(a) for a in self.facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
+        return any(id(a) in loops for a in self.facts.ancestors(statement))
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
@@ -157,6 +189,7 @@ class StepBuilder:
         model_outer = owners.pop()
         self._reject_parallel(model_outer, built)
         self._plan_wrap(built, model_outer, parameter_calls)
+        self.built, self.model_outer = built, model_outer
         return self._local_name_for(model_outer, built)
 
     def _reject_parallel(self, model: str, built: Binding) -> None:

@@ -128,3 +128,29 @@ def test_logged_loss_stays_finite_when_loss_times_scale_overflows(tmp_path):
         losses = [float(v) for _, v in STEP.findall(printed)]
         assert losses and all(math.isfinite(v) for v in losses)
         assert "scale 8.50705917" in printed  # a step overflowed: 2**127 was halved
+
+
+def test_lr_written_on_the_main_thread_does_not_race_with_the_step(tmp_path, monkeypatch):
+    """lr_schedule_by_hand writes the lr right after `model.step`. A slow optimizer step
+    records the lr it used: the default (asynchronous) migration must use the original's lr
+    at every step (without an ordering the main thread's write lands in the running step)."""
+    import time
+
+    import torch
+
+    used = []
+    plain_step = torch.optim.SGD.step
+
+    def slow_step(self, closure=None):
+        time.sleep(0.02)
+        used.append(self.param_groups[0]["lr"])
+        return plain_step(self, closure)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", slow_step)
+    source = (CASES / "lr_schedule_by_hand.py").read_text()
+    _run(source, tmp_path, "original.py")
+    original, used[:] = list(used), []
+    migrated = migrate_source(source, "lr_schedule_by_hand.py")
+    assert migrated.status == "migrated"
+    _run(migrated.migrated, tmp_path, "default.py")
+    assert used == original and len(original) == 8
