@@ -3,13 +3,14 @@ synchronized into the model before evaluation or saving."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Set, Tuple
+from typing import TYPE_CHECKING, List, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
 
+from .parallel import other_trainer
 from .plan import Blocked
-from .syntax import method_call, only_expression
+from .syntax import code, method_call, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -49,12 +50,62 @@ class ModelUses:
                 elif isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_inference_call(access, name)
                 elif isinstance(parent, cst.Arg):
+                    self._check_handed_over(parent, access)
                     target = self._parameter_target(parent)
                     if target is not None:
                         queue.append(target)
+                elif m.matches(parent, m.Assign(value=m.Name(name))):
+                    queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
+            self._check_aliases_before(scope, name, after)
+        self._check_other_backwards()
+
+    def _check_handed_over(self, arg: cst.Arg, access: cst.Name) -> None:
+        call = self.facts.parent(arg)
+        found = other_trainer(self.facts, call) if isinstance(call, cst.Call) else None
+        if found is not None:
+            code_, reason = found
+            raise Blocked(call, code_, f"the wrapped model {access.value!r} is handed to "
+                          f"`{code(call.func)}(...)`: {reason}; RoundPipe must be the only one "
+                          "training it; left untouched")
+
+    def _aliases(self, assign: cst.Assign, scope: object) -> List[Tuple[object, str, int]]:
+        return [(scope, t.target.value, self.facts.order(assign)) for t in assign.targets
+                if isinstance(t.target, cst.Name)]
+
+    def _check_aliases_before(self, scope, name: str, after: int) -> None:
+        """``model_without_ddp = model`` before the wrap names the unwrapped module: a use of
+        it after the wrap trains or saves something RoundPipe does not manage."""
+        if after <= 0:
+            return
+        for access in self.facts.accesses(name, scope):
+            parent = self.facts.parent(access)
+            if self.facts.order(access) >= after or not m.matches(parent, m.Assign(value=m.Name(name))):
+                continue
+            for alias_scope, alias, _ in self._aliases(parent, scope):
+                late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
+                if late:
+                    raise Blocked(late[0], "RPM114", f"{alias!r} is bound to {name!r} before the "
+                                  f"RoundPipe wrap and used after it; it still names the unwrapped "
+                                  f"module (bind it after the wrap, to {name}.model); left untouched")
+
+    def _check_other_backwards(self) -> None:
+        """A backward outside the recognised steps trains the wrapped model another way."""
+        steps = self.rules.plan.backward_statements
+        if not self.rules.plan.wrapped_models:
+            return
+        for call in self.facts.backward_calls:
+            if any(a in steps for a in self.facts.ancestors(call)):
+                continue
+            raise Blocked(call, "RPM115", f"`{code(call)}` runs a backward outside the migrated "
+                          "training step (a second training loop?); with the model wrapped it "
+                          "would not train through RoundPipe's step; left untouched")
 
     def _plan_attribute(self, attribute: cst.Attribute, access: cst.Name, name: str) -> None:
         method = attribute.attr.value
+        if method == "module":
+            raise Blocked(attribute, "RPM114", f"`{name}.module` (a DDP-style inner module) is "
+                          f"not an attribute of a RoundPipe model (its module is {name}.model); "
+                          "left untouched")
         if method in ("state_dict", "load_state_dict"):
             self.rules.plan.edits.replace_expression(
                 attribute,
@@ -78,7 +129,7 @@ class ModelUses:
 
     def _parameter_target(self, arg: cst.Arg):
         call = self.facts.parent(arg)
-        function = self.rules._local_function(call)
+        function = self.facts.local_function(call)
         if function is None:
             return None
         try:

@@ -41,6 +41,8 @@ class Plan:
     wrapped_optimizers: Set[int] = field(default_factory=set)
     wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after (source order)
     helper_names: Set[str] = field(default_factory=set)
+    backward_statements: Set[cst.CSTNode] = field(default_factory=set)  # of recognised steps
+    step_statements: Set[cst.CSTNode] = field(default_factory=set)  # moved into step functions
     # (statement, model name): main-thread optimizer writes to order after the running step
     synchronize_before: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     taken_names: Set[str] = field(default_factory=set)  # every name the module already uses

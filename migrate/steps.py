@@ -16,7 +16,8 @@ import libcst.matchers as m
 
 from .edits import carry_comments, drop_keeping_comments
 from .optimizer_writes import optimizer_writes
-from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, PARALLEL_WRAPPERS
+from .parallel import parallel_call
+from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .plan import Binding, Blocked
 from .syntax import (assigned_names, code, is_assignment_line, is_plain_line, method_call, names_in,
                      names_outside, only_expression, written_and_read)
@@ -38,7 +39,7 @@ class StepBuilder:
         self.anchor = scaler  # the name whose next use after the backward starts the step
         self.backward = backward
         self.loss = loss
-        rules.backward_statements.add(backward)
+        rules.plan.backward_statements.add(backward)
         self.block = self.facts.parent(backward)
         if not isinstance(self.block, (cst.IndentedBlock, cst.Module)):
             raise Blocked(backward, "RPM106", "backward is not a statement of a block")
@@ -194,15 +195,10 @@ class StepBuilder:
 
     def _reject_parallel(self, model: str, built: Binding) -> None:
         for node in self.facts.assignments(model, built.scope):
-            statement = self.facts.statement_of(node)
-
-            class FindParallel(cst.CSTVisitor):
-                def visit_Call(inner, call: cst.Call) -> None:  # noqa: N805
-                    if self.facts.calls_any(call, PARALLEL_WRAPPERS):
-                        raise Blocked(call, "RPM101", "DistributedDataParallel/DataParallel "
-                                      "model: RoundPipe manages devices itself; left untouched")
-
-            statement.visit(FindParallel())
+            call = parallel_call(self.facts, self.facts.statement_of(node))
+            if call is not None:
+                raise Blocked(call, "RPM101", "DistributedDataParallel/DataParallel model (here or "
+                              "in the helper this calls): RoundPipe manages devices itself; left untouched")
 
     def _local_name_for(self, model_outer: str, built: Binding) -> str:
         """The name under which the step's scope sees the model."""
@@ -609,7 +605,7 @@ class StepBuilder:
         for index in zero_grads:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
-        self.rules.step_statements.update(group)
+        self.rules.plan.step_statements.update(group)
         plan.rewrites.append((group[0], "optimizer step -> model.step(step_fn); scaler.update() kept"))
 
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:

@@ -45,8 +45,6 @@ class TorchAmpRules:
         self.exact = exact
         self.plan = Plan(taken_names=set(facts.all_names))
         self._step_method_uses: List[cst.Name] = []
-        self.step_statements: Set[cst.CSTNode] = set()
-        self.backward_statements: Set[cst.CSTNode] = set()
         self._rewritten_constructors: Set[cst.Call] = set()
         self._dropped_imports: Set[int] = set()
 
@@ -58,7 +56,7 @@ class TorchAmpRules:
         self._reject_untracked_backwards()
         self._drop_unused_scaler_imports()
         for access in self._step_method_uses:
-            if self.facts.statement_of(access) not in self.step_statements:
+            if self.facts.statement_of(access) not in self.plan.step_statements:
                 raise Blocked(access, "RPM104", "scaler.unscale_/step/update outside a training "
                               "step the migration recognised; migrate this loop by hand")
         return self.plan
@@ -73,7 +71,7 @@ class TorchAmpRules:
             if not m.matches(call, pattern):
                 continue
             statement = self.facts.statement_of(call)
-            if statement in self.backward_statements:
+            if statement in self.plan.backward_statements:
                 continue
             owner = call.func.value.func.value
             scope = self.facts.scope(owner)
@@ -171,24 +169,12 @@ class TorchAmpRules:
 
     def _follow_into_function(self, arg: cst.Arg, name: str, depth: int) -> None:
         call = self.facts.parent(arg)
-        function = self._local_function(call)
+        function = self.facts.local_function(call)
         if function is None:
             raise Blocked(arg, "RPM104", "GradScaler passed to a function defined elsewhere; "
                           "training steps spread over several files are not migrated")
         param = self._parameter_for(call, function, arg)
         self._follow_scaler(param, self.facts.scope(function.body.body[0]), depth + 1)
-
-    def _local_function(self, call: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
-            return None
-        scope = self.facts.scope(call)
-        if scope is None:
-            return None
-        for assignment in scope[call.func.value]:
-            node = getattr(assignment, "node", None)
-            if isinstance(node, cst.FunctionDef):
-                return node
-        return None
 
     def _parameter_for(self, call: cst.Call, function: cst.FunctionDef, arg: cst.Arg) -> str:
         names = [p.name.value for p in function.params.params]
