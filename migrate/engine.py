@@ -8,6 +8,7 @@ saying why. It never imports torch.
 
 from __future__ import annotations
 
+import re
 from typing import List
 
 import libcst as cst
@@ -27,7 +28,12 @@ __all__ = ["migrate_source"]
 _MICROBATCH_NOTE = "  # roundpipe-migrate: microbatches per batch; mean losses are divided by it"
 
 
-def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+#: Uses of a scaler object whose construction is not in the file (``self.scaler.scale(loss)``,
+#: ``loss_scaler.unscale_(opt)``): looked at too, so that such a file is named, not skipped.
+SCALER_USE = re.compile(r"\.scale\(|\.unscale_\(|\bloss_scaler\b")
+
+
+def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, force: bool = False) -> FileResult:
     """Return the migrated text of ``source`` with what was rewritten and what was not.
 
     Args:
@@ -35,9 +41,11 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False) -> F
         path: used in diagnostics and the report only.
         exact: emit ``step(..., is_async=False)`` and ``update(is_async=False)`` so the
             migrated script reproduces the original's numbers.
+        force: analyse the file even when its text has no AMP marker (a project file that
+            other given files import).
     """
     result = FileResult(path=path, original=source, migrated=source)
-    if not might_use_amp(source):
+    if not (force or might_use_amp(source) or SCALER_USE.search(source)):
         return result
     try:
         wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)

@@ -54,6 +54,7 @@ class TorchAmpRules:
         for call, statement in scalers:
             self._plan_scaler(call, statement)
         self._reject_untracked_backwards()
+        self._reject_unscale_elsewhere()
         self._drop_unused_scaler_imports()
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.plan.step_statements:
@@ -68,6 +69,10 @@ class TorchAmpRules:
         pattern = m.Call(func=m.Attribute(
             value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")))
         for call in self.facts.backward_calls:
+            if self._scaled_on_an_object(call):
+                raise Blocked(call, "RPM104", f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
+                              "the loss with a scaler held in an attribute or container, which the "
+                              "migration does not follow; migrate it by hand")
             if not m.matches(call, pattern):
                 continue
             statement = self.facts.statement_of(call)
@@ -85,6 +90,26 @@ class TorchAmpRules:
             raise Blocked(call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
                           "migration cannot follow back to a torch GradScaler in this file "
                           "(e.g. a function nobody here calls); migrate it by hand")
+
+    @staticmethod
+    def _scaled_on_an_object(call: cst.Call) -> bool:
+        """``self.scaler.scale(loss).backward()``, ``scalers[i].scale(...).backward()``..."""
+        return m.matches(call, m.Call(func=m.Attribute(attr=m.Name("backward"), value=m.Call(
+            func=m.Attribute(attr=m.Name("scale"), value=~m.Name())))))
+
+    def _reject_unscale_elsewhere(self) -> None:
+        """``<anything>.unscale_(...)`` outside the recognised steps: a scaler used where the
+        migration did not follow it."""
+        step_functions = {arg.value.value for call in m.findall(self.facts.module, m.Call(
+            func=m.Attribute(attr=m.Name("step")), args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))
+            for arg in call.args[:1]}  # type: ignore[attr-defined]
+        for call in m.findall(self.facts.module, m.Call(func=m.Attribute(attr=m.Name("unscale_")))):
+            function = self.facts.enclosing(call, (cst.FunctionDef,))
+            if isinstance(function, cst.FunctionDef) and function.name.value in step_functions:
+                continue  # already RoundPipe's form: inside a function handed to model.step
+            if self.facts.statement_of(call) not in self.plan.step_statements:
+                raise Blocked(call, "RPM104", f"`{code(call)}` unscales with a scaler the migration "
+                              "did not follow to a recognised training step; migrate it by hand")
 
     def _built_by_other_call(self, node: cst.CSTNode) -> bool:
         statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
