@@ -74,6 +74,7 @@ class FileResult:
     migrated: str
     rewrites: List[Rewrite] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
+    wrapped_models: List[str] = field(default_factory=list)  # names now bound to RoundPipe models
 
     @property
     def changed(self) -> bool:

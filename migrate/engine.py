@@ -91,6 +91,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
     )
     result.rewrites = [Rewrite(facts.position(node).line, text) for node, text in plan.rewrites]
     result.rewrites.sort(key=lambda r: r.line)
+    result.wrapped_models = sorted({name for _, name, _ in plan.wrapped_models})
     return result
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from migrate.engine import migrate_source
+from mutations import MUTATIONS, mutate_lines
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "migrate_cases"
@@ -81,26 +82,12 @@ def _mutations():
     lines = st.sampled_from(INPUTS).map(lambda p: p.read_text().splitlines(True))
     return lines.flatmap(lambda ls: st.tuples(
         st.just(ls),
-        st.lists(st.tuples(st.sampled_from(["drop", "dup", "swap", "dedent"]),
+        st.lists(st.tuples(st.sampled_from(MUTATIONS),
                            st.integers(0, max(0, len(ls) - 1))), min_size=1, max_size=4),
     ))
 
 
-def _mutate(lines, ops):
-    lines = list(lines)
-    for op, i in ops:
-        if not lines:
-            break
-        i %= len(lines)
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "swap" and i + 1 < len(lines):
-            lines[i], lines[i + 1] = lines[i + 1], lines[i]
-        elif op == "dedent":
-            lines[i] = lines[i][4:] if lines[i].startswith("    ") else lines[i]
-    return "".join(lines)
+_mutate = mutate_lines
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
