@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+from .changes import Change, line_changes
+
 __all__ = ["CODES", "Diagnostic", "Rewrite", "FileResult"]
 
 CODES: Dict[str, str] = {
@@ -75,6 +77,12 @@ class FileResult:
     rewrites: List[Rewrite] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
     wrapped_models: List[str] = field(default_factory=list)  # names now bound to RoundPipe models
+
+    @property
+    def changes(self) -> List[Change]:
+        """Where the text changed: inserted, removed, replaced and moved line ranges, with
+        original and new line numbers (see :mod:`migrate.changes`)."""
+        return line_changes(self.original, self.migrated) if self.changed else []
 
     @property
     def changed(self) -> bool:

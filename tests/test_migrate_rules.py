@@ -87,14 +87,11 @@ def _mutations():
     ))
 
 
-_mutate = mutate_lines
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutations())
 def test_mutated_inputs_never_crash_and_never_emit_invalid_code(case):
     lines, ops = case
-    source = _mutate(lines, ops)
+    source = mutate_lines(lines, ops)
     result = migrate_source(source, "mutant.py")
     if result.changed:
         compile(result.migrated, "mutant.py", "exec")
@@ -108,9 +105,27 @@ def test_duplicated_training_code_is_reported_not_crashed():
     """Found by the mutation test: a duplicated optimizer line made two rules edit the same
     statements; the file must come back unchanged with a diagnostic."""
     lines = (ROOT / "examples" / "amp_train_function.py").read_text().splitlines(True)
-    source = _mutate(lines, [("dup", 51)])
+    source = mutate_lines(lines, [("dup", 51)])
     result = migrate_source(source, "dup.py")
     if result.changed:
         compile(result.migrated, "dup.py", "exec")
     else:
         assert result.migrated == source and result.diagnostics
+
+
+def test_result_records_every_change_with_original_and_new_lines():
+    """The report's data: inserted header, the zero_grad moved into the step function (with
+    its line before and after), the removed backward line; ranges point at the real text."""
+    source = (ROOT / "examples" / "amp_basic.py").read_text()
+    result = migrate_source(source)
+    before, after = source.splitlines(), result.migrated.splitlines()
+    kinds = {c.kind for c in result.changes}
+    assert {"inserted", "moved", "removed", "replaced"} <= kinds
+    moved = next(c for c in result.changes if c.kind == "moved")
+    assert before[moved.original[0] - 1].strip() == "optimizer.zero_grad(set_to_none=True)"
+    assert "optimizer.zero_grad(set_to_none=True)" in [
+        line.strip() for line in after[moved.new[0] - 1:moved.new[1]]]
+    removed = [before[c.original[0] - 1].strip() for c in result.changes if c.kind == "removed"]
+    assert "scaler.scale(loss).backward()" in removed
+    assert result.changes[0].to_json() == {"kind": "inserted", "original_lines": None, "new_lines": [9, 10]}
+    assert migrate_source("x = 1\n").changes == []
