@@ -68,7 +68,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
         return result
     except EditConflict:
         result.diagnostics.append(
-            Diagnostic(path, 1, 1, "RPM106", "the rewrite would change the same statements twice "
+            Diagnostic(path, 1, 1, "RPM116", "the rewrite would change the same statements twice "
                        "(duplicated training code?); file left unchanged")
         )
         return result
@@ -80,7 +80,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
         compile(migrated, path, "exec")
     except SyntaxError as err:  # a bug in a rule: never write what does not compile
         result.diagnostics.append(
-            Diagnostic(path, 1, 1, "RPM106", f"internal error, file left unchanged (please "
+            Diagnostic(path, 1, 1, "RPM190", f"internal error, file left unchanged (please "
                        f"report): the migrated text does not compile: {err.msg}")
         )
         return result
