@@ -3,10 +3,11 @@ synchronized into the model before evaluation or saving."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Scope
 
 from .parallel import other_trainer
 from .plan import Blocked
@@ -54,7 +55,7 @@ class ModelUses:
                     target = self._parameter_target(parent)
                     if target is not None:
                         queue.append(target)
-                elif m.matches(parent, m.Assign(value=m.Name(name))):
+                elif isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name)):
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
             self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
@@ -62,24 +63,25 @@ class ModelUses:
     def _check_handed_over(self, arg: cst.Arg, access: cst.Name) -> None:
         call = self.facts.parent(arg)
         found = other_trainer(self.facts, call) if isinstance(call, cst.Call) else None
-        if found is not None:
+        if found is not None and isinstance(call, cst.Call):
             code_, reason = found
             raise Blocked(call, code_, f"the wrapped model {access.value!r} is handed to "
                           f"`{code(call.func)}(...)`: {reason}; RoundPipe must be the only one "
                           "training it; left untouched")
 
-    def _aliases(self, assign: cst.Assign, scope: object) -> List[Tuple[object, str, int]]:
+    def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
         return [(scope, t.target.value, self.facts.order(assign)) for t in assign.targets
                 if isinstance(t.target, cst.Name)]
 
-    def _check_aliases_before(self, scope, name: str, after: int) -> None:
+    def _check_aliases_before(self, scope: Scope, name: str, after: int) -> None:
         """``model_without_ddp = model`` before the wrap names the unwrapped module: a use of
         it after the wrap trains or saves something RoundPipe does not manage."""
         if after <= 0:
             return
         for access in self.facts.accesses(name, scope):
             parent = self.facts.parent(access)
-            if self.facts.order(access) >= after or not m.matches(parent, m.Assign(value=m.Name(name))):
+            if self.facts.order(access) >= after or not (
+                    isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name))):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
                 late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
@@ -127,10 +129,10 @@ class ModelUses:
                 self._synchronize_before(ancestor, name)
                 return
 
-    def _parameter_target(self, arg: cst.Arg):
+    def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
         call = self.facts.parent(arg)
-        function = self.facts.local_function(call)
-        if function is None:
+        function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
+        if function is None or not isinstance(call, cst.Call):
             return None
         try:
             param = self.rules._parameter_for(call, function, arg)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Scope
 
 from .edits import carry_comments, drop_keeping_comments
 from .optimizer_writes import optimizer_writes
@@ -67,13 +68,16 @@ class StepBuilder:
         skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
         skipped |= {forward} if isinstance(forward, cst.With) else set(forward)
         function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
-        trainers = {function.name.value} if isinstance(function, cst.FunctionDef) else set()
+        trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
+        trainers = {trainer} if trainer else set()
         places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
             (function or self.facts.module, optimizer, model, [self.backward])]
-        built = getattr(self, "built", None)
-        if built is not None and built.scope is not self.facts.scope(self.backward) and trainers:
-            root = self.facts.function_of(built.scope) or self.facts.module
-            calls = [c for c in m.findall(root, m.Call(func=m.Name(function.name.value)))]
+        built: Optional[Binding] = getattr(self, "built", None)
+        if built is not None and built.scope is not self.facts.scope(self.backward) and trainer:
+            scope = built.scope
+            root: cst.CSTNode = (self.facts.function_of(scope) if isinstance(scope, Scope) else None) \
+                or self.facts.module
+            calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, self.model_outer, calls))
         for root, name, model_name, anchors in places:
             for statement in optimizer_writes(root, name, self._is_scheduler, skipped, trainers):
@@ -484,8 +488,11 @@ class StepBuilder:
         return total > names_in(model_call).count(name)
 
     @staticmethod
-    def _inputs(model_call: cst.Call) -> Tuple[List[cst.BaseExpression], object]:
-        args, kwargs, star_kwargs = [], [], None
+    def _inputs(model_call: cst.Call) -> Tuple[List[cst.BaseExpression], Union[
+            Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]]:
+        args: List[cst.BaseExpression] = []
+        kwargs: List[Tuple[str, cst.BaseExpression]] = []
+        star_kwargs: Optional[cst.BaseExpression] = None
         for arg in model_call.args:
             if arg.star == "*":
                 raise Blocked(model_call, "RPM106", "model called with *args; not migrated")
@@ -529,10 +536,10 @@ class StepBuilder:
             body = [s for s, keep in list(zip(updated, inside_moved))[drop:] if keep] + outside
             kept = [s for s, keep in zip(updated, inside_moved) if not keep]
             definition = cst.parse_statement(f"def {loss_fn}({out_param}, {label_param}):\n{head}    pass\n")
+            assert isinstance(definition, cst.FunctionDef) and isinstance(definition.body, cst.IndentedBlock)
             inner = [*definition.body.body[:-1], *body, *map(cst.parse_statement, capture), returned]
             definition = definition.with_changes(body=definition.body.with_changes(body=inner))
-            definition = carry_comments(updated[:drop], definition)
-            return [definition, *map(cst.parse_statement, after), *kept]
+            return [carry_comments(updated[:drop], definition), *map(cst.parse_statement, after), *kept]
 
         plan.edits.replace_range(region.block, region.start, region.end, build)
         if region.outside:  # the moved statements carry their own comments
