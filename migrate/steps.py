@@ -26,7 +26,7 @@ from .syntax import (assigned_names, code, is_assignment_line, is_plain_line, me
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["StepBuilder", "ForwardRegion"]
+__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup"]
 
 
 class StepBuilder:
@@ -41,21 +41,23 @@ class StepBuilder:
         self.backward = backward
         self.loss = loss
         rules.plan.backward_statements.add(backward)
-        self.block = self.facts.parent(backward)
-        if not isinstance(self.block, (cst.IndentedBlock, cst.Module)):
+        block = self.facts.parent(backward)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             raise Blocked(backward, "RPM106", "backward is not a statement of a block")
+        self.block: Union[cst.IndentedBlock, cst.Module] = block
         self.body = list(self.block.body)
         self.index = self.body.index(backward)
 
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
-        group_block, group_start, group_end, group, condition = self._find_step_group()
+        found = self._find_step_group()
+        group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
         region = self._forward_region(model, optimizer)
-        zero_grads = self._zero_grads_to_move(region, optimizer, model, condition)
+        zero_grads = self._zero_grads_to_move(region, optimizer, model, found.condition)
         self._plan_forward(region, model)
-        self._plan_step_group(group_block, group_start, group_end, group, optimizer, model, zero_grads)
+        self._plan_step_group(found, optimizer, model, zero_grads)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
             self._order_optimizer_writes(region, group, optimizer, model)
 
@@ -119,36 +121,37 @@ class StepBuilder:
             return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
         return "sched" in name.lower()
 
-    def _find_step_group(self):
-        """(block, start, end, statements, condition) of the optimizer step statements: the
-        first contiguous run of step statements after the backward, in this block or in the
-        body of an ``if`` (gradient accumulation) that follows it."""
+    def _find_step_group(self) -> "StepGroup":
+        """The optimizer step statements: the first contiguous run of step statements after
+        the backward, in this block or in the body of an ``if`` (gradient accumulation)
+        that follows it."""
         for position in range(self.index + 1, len(self.body)):
             statement = self.body[position]
-            found = self._step_run(self.block, self.body, position)
+            found = self._step_run(self.block, self.body, position, None)
             if found is not None:
-                return (*found, None)
+                return found
             if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
                 if statement.orelse is not None:
                     raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
-                inner = list(statement.body.body)
+                inner: List[cst.BaseStatement] = list(statement.body.body)  # type: ignore[arg-type]
                 for inner_position in range(len(inner)):
-                    found = self._step_run(statement.body, inner, inner_position)
+                    found = self._step_run(statement.body, inner, inner_position, statement)
                     if found is not None:
-                        return (*found, statement)
+                        return found
             if self._mentions(statement, self.anchor):
                 break
         raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
                       "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
                       "the same block")
 
-    def _step_run(self, block, statements, start):
+    def _step_run(self, block: cst.CSTNode, statements: List[cst.BaseStatement], start: int,
+                  condition: Optional[cst.If]) -> Optional["StepGroup"]:
         if self._classify(statements[start]) is None:
             return None
         end = start
         while end < len(statements) and self._classify(statements[end]) is not None:
             end += 1
-        return block, start, end, statements[start:end]
+        return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
     @staticmethod
     def _mentions(node: cst.CSTNode, name: str) -> bool:
@@ -583,9 +586,9 @@ class StepBuilder:
         return self.rules.plan.fresh(base)
 
     # ------------------------------------------------------------- emit: step
-    def _plan_step_group(self, group_block, group_start, group_end, group, optimizer, model,
-                         zero_grads: List[int]) -> None:
+    def _plan_step_group(self, found: "StepGroup", optimizer: str, model: str, zero_grads: List[int]) -> None:
         plan = self.rules.plan
+        group = list(found.statements)
         step_fn = self._fresh("_step_fn")
         kinds = [self._classify(s) for s in group]
         self._group_edits(group, kinds, optimizer, model)
@@ -608,7 +611,7 @@ class StepBuilder:
             step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
             return [definition, step, update]
 
-        plan.edits.replace_range(group_block, group_start, group_end, build)
+        plan.edits.replace_range(found.block, found.start, found.end, build)
         for index in zero_grads:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
@@ -660,6 +663,19 @@ class StepBuilder:
             self.rules.plan.edits.replace_expression(
                 parameters.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
             )
+
+
+@dataclass(frozen=True)
+class StepGroup:
+    """The optimizer statements of a recognised step: ``statements`` are
+    ``block.body[start:end]``; ``condition`` is the ``if`` around them (gradient
+    accumulation), else None."""
+
+    block: cst.CSTNode
+    start: int
+    end: int
+    statements: Tuple[cst.BaseStatement, ...]
+    condition: Optional[cst.If]
 
 
 @dataclass(frozen=True)
