@@ -195,7 +195,7 @@ class ApexRules(TorchAmpRules):
             arg = self.facts.parent(access)
             if isinstance(arg, cst.Arg):
                 call = self.facts.parent(arg)
-                function = self._local_function(call)
+                function = self.facts.local_function(call)
                 if function is not None:
                     param = self._parameter_for(call, function, arg)
                     inner = self.facts.scope(function.body.body[0])

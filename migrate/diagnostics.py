@@ -9,28 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+from .changes import Change, line_changes
+from .codes import REGISTRY
+
 __all__ = ["CODES", "Diagnostic", "Rewrite", "FileResult"]
 
-CODES: Dict[str, str] = {
-    # torch.amp scripts: left untouched
-    "RPM101": "model wrapped in DistributedDataParallel/DataParallel",
-    "RPM102": "optimizer step with a closure",
-    "RPM103": "backward with create_graph=True",
-    "RPM104": "GradScaler used where its training step cannot be followed",
-    "RPM105": "GradScaler kept in an attribute or container",
-    "RPM106": "training step not recognised",
-    "RPM107": "several models, optimizers or backward calls in one step",
-    "RPM108": "model or optimizer not defined in this file",
-    # apex scripts (roundpipe.compat)
-    "RPM201": "apex construct with no RoundPipe equivalent",
-    # informational
-    "RPM301": "note on the migrated code",
-    "RPM302": "several apex losses now share one scaler",
-    # files that could not be processed
-    "RPM901": "syntax error",
-    "RPM902": "file could not be read or written",
-    "RPM903": "file is not UTF-8",
-}
+#: code -> one-line summary (the full documentation is :data:`migrate.codes.REGISTRY`)
+CODES: Dict[str, str] = {code: entry.summary for code, entry in REGISTRY.items()}
 
 
 @dataclass(frozen=True)
@@ -74,6 +59,13 @@ class FileResult:
     migrated: str
     rewrites: List[Rewrite] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
+    wrapped_models: List[str] = field(default_factory=list)  # names now bound to RoundPipe models
+
+    @property
+    def changes(self) -> List[Change]:
+        """Where the text changed: inserted, removed, replaced and moved line ranges, with
+        original and new line numbers (see :mod:`migrate.changes`)."""
+        return line_changes(self.original, self.migrated) if self.changed else []
 
     @property
     def changed(self) -> bool:

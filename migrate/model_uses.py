@@ -3,13 +3,15 @@ synchronized into the model before evaluation or saving."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Scope
 
+from .parallel import other_trainer
 from .plan import Blocked
-from .syntax import method_call, only_expression
+from .syntax import code, method_call, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -30,6 +32,9 @@ class ModelUses:
         self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
 
     def plan(self) -> None:
+        for statement, name in self.rules.plan.synchronize_before:
+            self._synchronize_before(statement, name, "before a main-thread write of optimizer state "
+                                     "(it would race with the asynchronous step)")
         seen: Set[Tuple[int, str]] = set()
         queue = list(self.rules.plan.wrapped_models)
         while queue:
@@ -46,12 +51,63 @@ class ModelUses:
                 elif isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_inference_call(access, name)
                 elif isinstance(parent, cst.Arg):
+                    self._check_handed_over(parent, access)
                     target = self._parameter_target(parent)
                     if target is not None:
                         queue.append(target)
+                elif isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name)):
+                    queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
+            self._check_aliases_before(scope, name, after)
+        self._check_other_backwards()
+
+    def _check_handed_over(self, arg: cst.Arg, access: cst.Name) -> None:
+        call = self.facts.parent(arg)
+        found = other_trainer(self.facts, call) if isinstance(call, cst.Call) else None
+        if found is not None and isinstance(call, cst.Call):
+            code_, reason = found
+            raise Blocked(call, code_, f"the wrapped model {access.value!r} is handed to "
+                          f"`{code(call.func)}(...)`: {reason}; RoundPipe must be the only one "
+                          "training it; left untouched")
+
+    def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
+        return [(scope, t.target.value, self.facts.order(assign)) for t in assign.targets
+                if isinstance(t.target, cst.Name)]
+
+    def _check_aliases_before(self, scope: Scope, name: str, after: int) -> None:
+        """``model_without_ddp = model`` before the wrap names the unwrapped module: a use of
+        it after the wrap trains or saves something RoundPipe does not manage."""
+        if after <= 0:
+            return
+        for access in self.facts.accesses(name, scope):
+            parent = self.facts.parent(access)
+            if self.facts.order(access) >= after or not (
+                    isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name))):
+                continue
+            for alias_scope, alias, _ in self._aliases(parent, scope):
+                late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
+                if late:
+                    raise Blocked(late[0], "RPM114", f"{alias!r} is bound to {name!r} before the "
+                                  f"RoundPipe wrap and used after it; it still names the unwrapped "
+                                  f"module (bind it after the wrap, to {name}.model); left untouched")
+
+    def _check_other_backwards(self) -> None:
+        """A backward outside the recognised steps trains the wrapped model another way."""
+        steps = self.rules.plan.backward_statements
+        if not self.rules.plan.wrapped_models:
+            return
+        for call in self.facts.backward_calls:
+            if any(a in steps for a in self.facts.ancestors(call)):
+                continue
+            raise Blocked(call, "RPM115", f"`{code(call)}` runs a backward outside the migrated "
+                          "training step (a second training loop?); with the model wrapped it "
+                          "would not train through RoundPipe's step; left untouched")
 
     def _plan_attribute(self, attribute: cst.Attribute, access: cst.Name, name: str) -> None:
         method = attribute.attr.value
+        if method == "module":
+            raise Blocked(attribute, "RPM114", f"`{name}.module` (a DDP-style inner module) is "
+                          f"not an attribute of a RoundPipe model (its module is {name}.model); "
+                          "left untouched")
         if method in ("state_dict", "load_state_dict"):
             self.rules.plan.edits.replace_expression(
                 attribute,
@@ -73,18 +129,19 @@ class ModelUses:
                 self._synchronize_before(ancestor, name)
                 return
 
-    def _parameter_target(self, arg: cst.Arg):
+    def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
         call = self.facts.parent(arg)
-        function = self.rules._local_function(call)
-        if function is None:
+        function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
+        if function is None or not isinstance(call, cst.Call):
             return None
         try:
             param = self.rules._parameter_for(call, function, arg)
         except Blocked:
             return None
-        return self.facts.scope(function.body.body[0]), param, 0
+        scope = self.facts.scope(function.body.body[0])
+        return (scope, param, 0) if scope is not None else None
 
-    def _synchronize_before(self, node: cst.CSTNode, name: str) -> None:
+    def _synchronize_before(self, node: cst.CSTNode, name: str, why: str = "before evaluation/saving") -> None:
         statement = self.facts.statement_of(node)
         block = self.facts.parent(statement)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -99,7 +156,7 @@ class ModelUses:
             return
         self._synced.add((id(block), index))
         self.rules.plan.edits.insert_before(block, index, [cst.parse_statement(f"{name}.synchronize()\n")])
-        self.rules.plan.rewrites.append((statement, f"{name}.synchronize() before evaluation/saving"))
+        self.rules.plan.rewrites.append((statement, f"{name}.synchronize() {why}"))
 
     @staticmethod
     def _trains(statement: cst.CSTNode) -> bool:

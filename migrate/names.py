@@ -206,6 +206,19 @@ class ModuleFacts:
     def function_of(self, scope: Scope) -> Optional[cst.FunctionDef]:
         return scope.node if isinstance(scope, FunctionScope) else None  # type: ignore[return-value]
 
+    def local_function(self, call: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        """The function of this module that ``call`` (``name(...)``) calls, else None."""
+        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+            return None
+        scope = self.scope(call)
+        if scope is None:
+            return None
+        for assignment in scope[call.func.value]:
+            node = getattr(assignment, "node", None)
+            if isinstance(node, cst.FunctionDef):
+                return node
+        return None
+
     def call_sites(self, function: cst.FunctionDef) -> List[cst.Call]:
         """Calls of ``function`` by its plain name anywhere in the module."""
         sites = []

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
+from libcst.metadata import Scope
 
 from .edits import Edits
 
@@ -39,5 +40,27 @@ class Plan:
     edits: Edits = field(default_factory=Edits)
     rewrites: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     wrapped_optimizers: Set[int] = field(default_factory=set)
-    wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope, name, after (source order)
+    wrapped_models: List[Tuple[Scope, str, int]] = field(default_factory=list)  # scope, name, after (source order)
     helper_names: Set[str] = field(default_factory=set)
+    backward_statements: Set[cst.CSTNode] = field(default_factory=set)  # of recognised steps
+    step_statements: Set[cst.CSTNode] = field(default_factory=set)  # moved into step functions
+    blocked: List["Blocked"] = field(default_factory=list)  # every blocker found, in finding order
+    # (statement, model name): main-thread optimizer writes to order after the running step
+    synchronize_before: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
+    taken_names: Set[str] = field(default_factory=set)  # every name the module already uses
+    microbatch: str = ""  # the generated microbatch-count constant (see :meth:`fresh`)
+
+    def __post_init__(self) -> None:
+        if not self.microbatch:
+            self.microbatch = self.fresh("NUM_MICROBATCH")
+
+    def fresh(self, base: str) -> str:
+        """A generated name that neither the module nor earlier generated code uses, so it
+        never captures or shadows a user's name (``base``, else ``base_2``, ``base_3``...)."""
+        used = self.taken_names | self.helper_names
+        name, counter = base, 2
+        while name in used:
+            name = f"{base}_{counter}"
+            counter += 1
+        self.helper_names.add(name)
+        return name

@@ -9,22 +9,24 @@ for ``forward_backward``, the optimizer statements a step function for ``model.s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import BuiltinAssignment, Scope
 
 from .edits import carry_comments, drop_keeping_comments
-from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX, PARALLEL_WRAPPERS
+from .optimizer_writes import optimizer_writes
+from .parallel import parallel_call
+from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .plan import Binding, Blocked
-from .syntax import assigned_names, code, is_assignment_line, method_call, names_in, only_expression
+from .syntax import (assigned_names, code, is_assignment_line, is_plain_line, method_call, names_in,
+                     names_outside, only_expression, written_and_read)
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["NUM_MICROBATCH", "StepBuilder", "ForwardRegion"]
-
-NUM_MICROBATCH = "NUM_MICROBATCH"
+__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup"]
 
 
 class StepBuilder:
@@ -38,22 +40,58 @@ class StepBuilder:
         self.anchor = scaler  # the name whose next use after the backward starts the step
         self.backward = backward
         self.loss = loss
-        rules.backward_statements.add(backward)
-        self.block = self.facts.parent(backward)
-        if not isinstance(self.block, (cst.IndentedBlock, cst.Module)):
+        rules.plan.backward_statements.add(backward)
+        block = self.facts.parent(backward)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             raise Blocked(backward, "RPM106", "backward is not a statement of a block")
+        self.block: Union[cst.IndentedBlock, cst.Module] = block
         self.body = list(self.block.body)
         self.index = self.body.index(backward)
 
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
-        group_block, group_start, group_end, group, condition = self._find_step_group()
+        found = self._find_step_group()
+        group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
         region = self._forward_region(model, optimizer)
-        zero_grads = self._zero_grads_to_move(region, optimizer, model, condition)
+        zero_grads = self._zero_grads_to_move(region, optimizer, model, found.condition)
         self._plan_forward(region, model)
-        self._plan_step_group(group_block, group_start, group_end, group, optimizer, model, zero_grads)
+        self._plan_step_group(found, optimizer, model, zero_grads)
+        if not self.rules.exact:  # a synchronous step has finished when model.step returns
+            self._order_optimizer_writes(region, group, optimizer, model)
+
+    def _order_optimizer_writes(self, region: "ForwardRegion", group: List[cst.BaseStatement],
+                                optimizer: str, model: str) -> None:
+        """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
+        optimizer) in the step's function, and after the wrap where the optimizer is built,
+        wait for the running step first (``model.synchronize()`` before them)."""
+        forward = region.with_statement or region.statements[region.start:region.end]
+        skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
+        skipped |= {forward} if isinstance(forward, cst.With) else set(forward)
+        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+        trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
+        trainers = {trainer} if trainer else set()
+        places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
+            (function or self.facts.module, optimizer, model, [self.backward])]
+        built: Optional[Binding] = getattr(self, "built", None)
+        if built is not None and built.scope is not self.facts.scope(self.backward) and trainer:
+            scope = built.scope
+            root: cst.CSTNode = (self.facts.function_of(scope) if isinstance(scope, Scope) else None) \
+                or self.facts.module
+            calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
+            places.append((root, built.name, self.model_outer, calls))
+        for root, name, model_name, anchors in places:
+            for statement in optimizer_writes(root, name, self._is_scheduler, skipped, trainers):
+                if any(self._may_run_after(statement, anchor) for anchor in anchors):
+                    self.rules.plan.synchronize_before.append((statement, model_name))
+
+    def _may_run_after(self, statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+        """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
+        if self.facts.order(statement) > self.facts.order(anchor):
+            return True
+        loops = {id(a) for a in self.facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
+        return any(id(a) in loops for a in self.facts.ancestors(statement))
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
@@ -83,36 +121,37 @@ class StepBuilder:
             return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
         return "sched" in name.lower()
 
-    def _find_step_group(self):
-        """(block, start, end, statements, condition) of the optimizer step statements: the
-        first contiguous run of step statements after the backward, in this block or in the
-        body of an ``if`` (gradient accumulation) that follows it."""
+    def _find_step_group(self) -> "StepGroup":
+        """The optimizer step statements: the first contiguous run of step statements after
+        the backward, in this block or in the body of an ``if`` (gradient accumulation)
+        that follows it."""
         for position in range(self.index + 1, len(self.body)):
             statement = self.body[position]
-            found = self._step_run(self.block, self.body, position)
+            found = self._step_run(self.block, self.body, position, None)
             if found is not None:
-                return (*found, None)
+                return found
             if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
                 if statement.orelse is not None:
                     raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
-                inner = list(statement.body.body)
+                inner: List[cst.BaseStatement] = list(statement.body.body)  # type: ignore[arg-type]
                 for inner_position in range(len(inner)):
-                    found = self._step_run(statement.body, inner, inner_position)
+                    found = self._step_run(statement.body, inner, inner_position, statement)
                     if found is not None:
-                        return (*found, statement)
+                        return found
             if self._mentions(statement, self.anchor):
                 break
         raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
                       "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
                       "the same block")
 
-    def _step_run(self, block, statements, start):
+    def _step_run(self, block: cst.CSTNode, statements: List[cst.BaseStatement], start: int,
+                  condition: Optional[cst.If]) -> Optional["StepGroup"]:
         if self._classify(statements[start]) is None:
             return None
         end = start
         while end < len(statements) and self._classify(statements[end]) is not None:
             end += 1
-        return block, start, end, statements[start:end]
+        return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
     @staticmethod
     def _mentions(node: cst.CSTNode, name: str) -> bool:
@@ -158,19 +197,15 @@ class StepBuilder:
         model_outer = owners.pop()
         self._reject_parallel(model_outer, built)
         self._plan_wrap(built, model_outer, parameter_calls)
+        self.built, self.model_outer = built, model_outer
         return self._local_name_for(model_outer, built)
 
     def _reject_parallel(self, model: str, built: Binding) -> None:
         for node in self.facts.assignments(model, built.scope):
-            statement = self.facts.statement_of(node)
-
-            class FindParallel(cst.CSTVisitor):
-                def visit_Call(inner, call: cst.Call) -> None:  # noqa: N805
-                    if self.facts.calls_any(call, PARALLEL_WRAPPERS):
-                        raise Blocked(call, "RPM101", "DistributedDataParallel/DataParallel "
-                                      "model: RoundPipe manages devices itself; left untouched")
-
-            statement.visit(FindParallel())
+            call = parallel_call(self.facts, self.facts.statement_of(node))
+            if call is not None:
+                raise Blocked(call, "RPM101", "DistributedDataParallel/DataParallel model (here or "
+                              "in the helper this calls): RoundPipe manages devices itself; left untouched")
 
     def _local_name_for(self, model_outer: str, built: Binding) -> str:
         """The name under which the step's scope sees the model."""
@@ -205,7 +240,7 @@ class StepBuilder:
         index = list(block.body).index(built.statement)
         wrap = cst.parse_statement(
             f"{model} = roundpipe.RoundPipe({model}, model_run_config="
-            f"roundpipe.RoundPipeRunConfig(num_microbatch={NUM_MICROBATCH}))\n"
+            f"roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch}))\n"
         )
         plan.edits.insert_before(block, index, [wrap])
         plan.rewrites.append((built.statement, f"wrapped {model} with roundpipe.RoundPipe; "
@@ -243,7 +278,7 @@ class StepBuilder:
         """Forward inside ``with autocast(...)``, loss computed after the block (outside
         autocast): the outside statements run in the loss function with autocast disabled."""
         position = end - 1
-        while position >= 0 and is_assignment_line(self.body[position]) \
+        while position >= 0 and is_plain_line(self.body[position]) \
                 and not self._model_calls(self.body[position], model):
             position -= 1
         if position < 0 or position == end - 1 or not isinstance(self.body[position], cst.With):
@@ -260,12 +295,12 @@ class StepBuilder:
 
     def _model_statement(self, statements: List[cst.BaseStatement], model: str, at: cst.CSTNode) -> int:
         position = len(statements) - 1
-        while position >= 0 and is_assignment_line(statements[position]):
+        while position >= 0 and is_plain_line(statements[position]):
             if self._model_calls(statements[position], model):
                 return position
             position -= 1
         raise Blocked(at, "RPM106", f"the forward pass (a call of {model!r} followed only by "
-                      "assignments computing the loss) was not found before the backward")
+                      "simple statements computing the loss) was not found before the backward")
 
     @staticmethod
     def _model_calls(statement: cst.CSTNode, model: str) -> List[cst.Call]:
@@ -300,20 +335,84 @@ class StepBuilder:
         model_call = model_calls[0]
         first = statements[0]
         output_name, drop_first = self._output_binding(first, model_call)
-        assigned = {n for s in statements for n in assigned_names(s)}
         loss_name = self.loss.value if isinstance(self.loss, cst.Name) else None
-        later = self.body[self.index + 1:]
-        used_later = {n for s in later for n in names_in(s)}
-        leaking = (assigned - {loss_name, output_name}) & used_later
+        moved = self._loss_slice(statements, output_name)
+        moved_statements = [s for s, inside in zip(statements, moved) if inside]
+        outside_names = self._names_outside(moved_statements)
+        assigned = {n for s in moved_statements for n in written_and_read(s)[0]}
+        self._check_kept(statements, moved, assigned, {loss_name, output_name})
+        leaking = (assigned - {loss_name, output_name}) & outside_names
         if leaking:
-            raise Blocked(first, "RPM106", f"values computed in the forward ({', '.join(sorted(leaking))}) "
-                          "are used after the step; not migrated")
-        return_outputs = output_name is not None and output_name in used_later
-        labels = self._labels(region, statements, model_call, assigned)
+            raise Blocked(first, "RPM113", f"values computed in the forward "
+                          f"({', '.join(sorted(leaking))}) are read outside the loss computation; "
+                          "moving them into the loss function would change them there; not migrated")
+        kept = [s for s, inside in zip(statements, moved) if not inside]
+        labels = self._labels(region, moved_statements, model_call, assigned, kept)
+        self._check_locals(moved_statements, {output_name or "", *labels})
         input_args, input_kwargs = self._inputs(model_call)
-        sum_reduced = self._sum_reduced(statements)
-        self._emit_forward(region, statements, model_call, output_name, drop_first, labels,
-                           input_args, input_kwargs, loss_name, return_outputs, sum_reduced, model)
+        self._emit_forward(region, ForwardPlan(
+            model=model, model_call=model_call, output_name=output_name, drop_first=drop_first,
+            labels=tuple(labels), input_args=tuple(input_args), input_kwargs=input_kwargs,
+            loss_name=loss_name,
+            return_outputs=output_name is not None and output_name in outside_names,
+            sum_reduced=self._sum_reduced(moved_statements), moved=tuple(moved)))
+
+    def _loss_slice(self, statements: List[cst.BaseStatement], output_name: Optional[str]) -> List[bool]:
+        """Which forward-region statements the loss depends on (they move into the loss
+        function): the model call, and walking backwards every statement binding a name
+        that a later moved statement (or the loss) reads. The rest keeps its place."""
+        needed = set(names_in(self.loss))
+        moved = [False] * len(statements)
+        for position in range(len(statements) - 1, 0, -1):
+            written, read = written_and_read(statements[position])
+            if written & needed:
+                moved[position] = True
+                needed = (needed - written) | read
+        moved[0] = True
+        if output_name is not None and output_name not in needed:
+            raise Blocked(statements[0], "RPM106", "the loss does not depend on the model's "
+                          "output; not migrated")
+        return moved
+
+    def _check_kept(self, statements: List[cst.BaseStatement], moved: List[bool],
+                    assigned: Set[str], available: Set[Optional[str]]) -> None:
+        """A statement that stays on the main thread runs after ``forward_backward``: it may
+        read the loss and the outputs (returned by it), but nothing else the loss function
+        computes, and it must not touch what a later moved statement reads."""
+        for position, statement in enumerate(statements):
+            if moved[position]:
+                continue
+            written, read = written_and_read(statement)
+            later_moved = [s for s, inside in zip(statements[position + 1:], moved[position + 1:]) if inside]
+            later_names = {n for s in later_moved for n in names_in(s)}
+            rebound_later = {n for s in later_moved for n in written_and_read(s)[0]}
+            touched = (written & assigned) | (read & (assigned - available))
+            touched |= (written | read) & later_names
+            touched |= read & available & rebound_later
+            if touched:
+                raise Blocked(statement, "RPM113", f"this statement between the forward and the "
+                              f"backward uses {', '.join(sorted(touched))}, which the loss "
+                              "computation also uses; it cannot stay before or move into the "
+                              "loss function without changing what it sees; not migrated")
+
+    def _check_locals(self, moved: List[cst.BaseStatement], parameters: Set[str]) -> None:
+        """Inside the loss function every name the moved statements bind is local: reading
+        one before its first binding there would raise ``UnboundLocalError``."""
+        bound = set(parameters)
+        assigned = {n for s in moved for n in written_and_read(s)[0]}
+        for statement in moved:
+            written, read = written_and_read(statement)
+            early = (read & assigned) - bound
+            if early:
+                raise Blocked(statement, "RPM113", f"{', '.join(sorted(early))} is read here "
+                              "before the loss computation binds it; inside a loss function that "
+                              "would be an UnboundLocalError; not migrated")
+            bound |= written
+
+    def _names_outside(self, moved: List[cst.BaseStatement]) -> Set[str]:
+        """Names used in the step's function (or module) outside the moved statements."""
+        scope_node = self.facts.enclosing(self.backward, (cst.FunctionDef,)) or self.facts.module
+        return names_outside(scope_node, set(moved))
 
     def _sum_reduced(self, statements: List[cst.BaseStatement]) -> bool:
         """The loss sums over the batch (``reduction="sum"`` in it or in its criterion):
@@ -342,6 +441,20 @@ class StepBuilder:
                 return target.value, True
         return None, False
 
+    def _next_batch_names(self, model_call: cst.Call, kept: List[cst.BaseStatement]) -> Set[str]:
+        """Names bound, after the forward, by the statement that fetches the next batch (the
+        one that rebinds the model's inputs, ``x, y = next(it)``): this iteration's data too."""
+        loop = self.facts.enclosing(self.backward, (cst.For, cst.While, cst.FunctionDef))
+        if not isinstance(loop, (cst.For, cst.While)):
+            return set()
+        inputs = set(names_in(model_call))
+        names: Set[str] = set()
+        for statement in [*kept, *self.body[self.index + 1:]]:
+            written = written_and_read(statement)[0] if is_assignment_line(statement) else set()
+            if written & inputs:
+                names |= written
+        return names
+
     def _batch_names(self, region: "ForwardRegion") -> Set[str]:
         """Names holding this iteration's data: the loop target and everything assigned in
         the loop body before the forward; without a loop, the function's parameters. A
@@ -362,8 +475,9 @@ class StepBuilder:
             names |= {p.name.value for p in loop.params.params}
         return names
 
-    def _labels(self, region, statements, model_call, assigned) -> List[str]:
-        batch = self._batch_names(region)
+    def _labels(self, region: "ForwardRegion", statements: List[cst.BaseStatement], model_call: cst.Call,
+                assigned: Set[str], kept: List[cst.BaseStatement]) -> List[str]:
+        batch = self._batch_names(region) | self._next_batch_names(model_call, kept)
         free: List[str] = []
         for statement in statements:
             for name in names_in(statement):
@@ -377,8 +491,11 @@ class StepBuilder:
         return total > names_in(model_call).count(name)
 
     @staticmethod
-    def _inputs(model_call: cst.Call) -> Tuple[List[cst.BaseExpression], object]:
-        args, kwargs, star_kwargs = [], [], None
+    def _inputs(model_call: cst.Call) -> Tuple[List[cst.BaseExpression], Union[
+            Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]]:
+        args: List[cst.BaseExpression] = []
+        kwargs: List[Tuple[str, cst.BaseExpression]] = []
+        star_kwargs: Optional[cst.BaseExpression] = None
         for arg in model_call.args:
             if arg.star == "*":
                 raise Blocked(model_call, "RPM106", "model called with *args; not migrated")
@@ -390,67 +507,76 @@ class StepBuilder:
                 args.append(arg.value)
         if star_kwargs is not None and kwargs:
             raise Blocked(model_call, "RPM106", "model called with **kwargs and keywords; not migrated")
-        return args, (star_kwargs if star_kwargs is not None else kwargs)
+        return args, (star_kwargs if star_kwargs is not None else tuple(kwargs))
 
-    def _emit_forward(self, region, statements, model_call, output_name, drop_first, labels,
-                      input_args, input_kwargs, loss_name, return_outputs, sum_reduced, model) -> None:
+    def _emit_forward(self, region: "ForwardRegion", forward: "ForwardPlan") -> None:
         plan = self.rules.plan
         loss_fn = self._fresh("_loss_fn")
-        out_param = output_name or "_outputs"
-        label_param = labels[0] if len(labels) == 1 else ("_labels" if labels else "_label")
-        if output_name is None:
-            plan.edits.replace_expression(model_call, lambda _: cst.Name(out_param))
-        loss_value = code(self.loss)
-        divisor = "" if sum_reduced else f" / {NUM_MICROBATCH}"
-        scaler = self.scaler
-        head = ""
-        if len(labels) > 1:
-            head = f"    {', '.join(labels)} = _labels\n"
-        argument_text = ", ".join(code(a) for a in input_args)
-        if len(input_args) == 1:
-            argument_text += ","
-        kwargs_text = ""
-        if isinstance(input_kwargs, list) and input_kwargs:
-            kwargs_text = ", input_kwargs={" + ", ".join(f'"{k}": {code(v)}' for k, v in input_kwargs) + "}"
-        elif not isinstance(input_kwargs, list):
-            kwargs_text = f", input_kwargs={code(input_kwargs)}"
-        label_text = ""
-        if labels:
-            label_text = f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)})"
-        outputs_text = ", return_outputs=True" if return_outputs else ""
-        target = loss_name or "_loss"
-        call_text = (f"{model}.forward_backward(input_args=({argument_text}){kwargs_text}"
-                     f"{label_text}, loss_fn={loss_fn}{outputs_text})")
-        if return_outputs:
-            forward_lines = [f"{target}, {output_name} = {call_text}\n",
-                             f"{target} = {target} / {scaler}.get_scale()\n"]
-        else:
-            forward_lines = [f"{target} = {call_text} / {scaler}.get_scale()\n"]
-        keep_from = 1 if drop_first else 0
-        indent = "    "
-        outside = self._outside_autocast(region)
+        labels = list(forward.labels)
+        out_param = forward.output_name or self._fresh("_outputs")
+        label_param = labels[0] if len(labels) == 1 else self._fresh("_labels" if labels else "_label")
+        if forward.output_name is None:
+            plan.edits.replace_expression(forward.model_call, lambda _: cst.Name(out_param))
+        divisor = "" if forward.sum_reduced else f" / {plan.microbatch}"
+        head = f"    {', '.join(labels)} = {label_param}\n" if len(labels) > 1 else ""
+        call_text = f"{forward.model}.forward_backward({self._call_arguments(forward, labels)}, loss_fn={loss_fn}"
+        call_text += ", return_outputs=True)[1]" if forward.return_outputs else ")"
+        # The loss is logged as the loss function saw it, unscaled: dividing the returned
+        # (scaled) sum by the scale would give inf once loss * scale overflows.
+        scope = self.facts.scope(forward.model_call)
+        if forward.loss_name and scope is not None and any(
+                not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
+            raise Blocked(forward.model_call, "RPM106", "the file binds its own `sum`, which the "
+                          "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
+                          "not migrated")
+        losses = self._fresh("_losses") if forward.loss_name else None
+        capture = [f"{losses}.append({forward.loss_name}.detach().cpu(){divisor})\n"] if losses else []
+        call_line = f"{forward.output_name} = {call_text}\n" if forward.return_outputs else f"{call_text}\n"
+        after = ([f"{losses} = []\n"] if losses else []) + [call_line] + ([f"{forward.loss_name} = sum({losses})\n"] if losses else [])
+        inside_count = region.end - region.start
+        inside_moved = forward.moved[:inside_count]
+        outside_moved = forward.moved[inside_count:]
+        outside = self._outside_autocast(
+            region, [s for s, keep in zip(region.outside, outside_moved) if keep])
+        returned = cst.parse_statement(f"return {self.scaler}.scale({code(self.loss)}){divisor}\n")
+        drop = 1 if forward.drop_first else 0
 
         def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-            body_statements = updated[keep_from:] + outside
-            definition = cst.parse_statement(
-                f"def {loss_fn}({out_param}, {label_param}):\n{head}{indent}pass\n"
-            )
-            returned = cst.parse_statement(f"return {scaler}.scale({loss_value}){divisor}\n")
-            inner = list(definition.body.body[:-1]) + list(body_statements) + [returned]
+            body = [s for s, keep in list(zip(updated, inside_moved))[drop:] if keep] + outside
+            kept = [s for s, keep in zip(updated, inside_moved) if not keep]
+            definition = cst.parse_statement(f"def {loss_fn}({out_param}, {label_param}):\n{head}    pass\n")
+            assert isinstance(definition, cst.FunctionDef) and isinstance(definition.body, cst.IndentedBlock)
+            inner = [*definition.body.body[:-1], *body, *map(cst.parse_statement, capture), returned]
             definition = definition.with_changes(body=definition.body.with_changes(body=inner))
-            definition = carry_comments(updated[:keep_from], definition)
-            calls = [cst.parse_statement(line) for line in forward_lines]
-            return [definition, *calls]
+            return [carry_comments(updated[:drop], definition), *map(cst.parse_statement, after), *kept]
 
         plan.edits.replace_range(region.block, region.start, region.end, build)
         if region.outside:  # the moved statements carry their own comments
-            plan.edits.replace_range(self.block, *region.outside_range, lambda _: [])
-        plan.rewrites.append((statements[0], "forward + loss -> model.forward_backward(loss_fn=...)"))
+            plan.edits.replace_range(self.block, *region.outside_range, lambda updated: [
+                s for s, keep in zip(updated, outside_moved) if not keep])
+        plan.rewrites.append((forward.model_call, "forward + loss -> model.forward_backward(loss_fn=...)"))
 
-    def _outside_autocast(self, region: "ForwardRegion") -> List[cst.BaseStatement]:
+    @staticmethod
+    def _call_arguments(forward: "ForwardPlan", labels: List[str]) -> str:
+        """``input_args=(...)[, input_kwargs=...][, label=...]`` for forward_backward."""
+        argument_text = ", ".join(code(a) for a in forward.input_args)
+        if len(forward.input_args) == 1:
+            argument_text += ","
+        text = f"input_args=({argument_text})"
+        kwargs = forward.input_kwargs
+        if isinstance(kwargs, tuple) and kwargs:
+            text += ", input_kwargs={" + ", ".join(f'"{k}": {code(v)}' for k, v in kwargs) + "}"
+        elif isinstance(kwargs, cst.BaseExpression):
+            text += f", input_kwargs={code(kwargs)}"
+        if labels:
+            text += f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)})"
+        return text
+
+    def _outside_autocast(self, region: "ForwardRegion",
+                          statements: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
         """``with <the same autocast>(<its device>, enabled=False): <statements>`` for loss
         statements that ran after the autocast block, so they keep running outside it."""
-        if not region.outside:
+        if not statements or region.with_statement is None:
             return []
         call = region.with_statement.items[0].item
         legacy = self.facts.calls_any(call, {"torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
@@ -460,22 +586,15 @@ class StepBuilder:
         arguments = ", ".join(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept)
         off = f"{arguments}, enabled=False" if arguments else "enabled=False"
         block = cst.parse_statement(f"with {code(call.func)}({off}):\n    pass\n")
-        return [block.with_changes(body=block.body.with_changes(body=list(region.outside)))]
+        return [block.with_changes(body=block.body.with_changes(body=list(statements)))]
 
     def _fresh(self, base: str) -> str:
-        used = self.facts.all_names | self.rules.plan.helper_names
-        name = base
-        counter = 2
-        while name in used:
-            name = f"{base}_{counter}"
-            counter += 1
-        self.rules.plan.helper_names.add(name)
-        return name
+        return self.rules.plan.fresh(base)
 
     # ------------------------------------------------------------- emit: step
-    def _plan_step_group(self, group_block, group_start, group_end, group, optimizer, model,
-                         zero_grads: List[int]) -> None:
+    def _plan_step_group(self, found: "StepGroup", optimizer: str, model: str, zero_grads: List[int]) -> None:
         plan = self.rules.plan
+        group = list(found.statements)
         step_fn = self._fresh("_step_fn")
         kinds = [self._classify(s) for s in group]
         self._group_edits(group, kinds, optimizer, model)
@@ -498,11 +617,11 @@ class StepBuilder:
             step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
             return [definition, step, update]
 
-        plan.edits.replace_range(group_block, group_start, group_end, build)
+        plan.edits.replace_range(found.block, found.start, found.end, build)
         for index in zero_grads:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
-        self.rules.step_statements.update(group)
+        self.rules.plan.step_statements.update(group)
         plan.rewrites.append((group[0], "optimizer step -> model.step(step_fn); scaler.update() kept"))
 
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
@@ -550,6 +669,40 @@ class StepBuilder:
             self.rules.plan.edits.replace_expression(
                 parameters.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
             )
+
+
+@dataclass(frozen=True)
+class StepGroup:
+    """The optimizer statements of a recognised step: ``statements`` are
+    ``block.body[start:end]``; ``condition`` is the ``if`` around them (gradient
+    accumulation), else None."""
+
+    block: cst.CSTNode
+    start: int
+    end: int
+    statements: Tuple[cst.BaseStatement, ...]
+    condition: Optional[cst.If]
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """A recognised forward + loss, as it will be emitted.
+
+    ``moved[i]`` says whether statement ``i`` of the forward region (the model call first,
+    then the statements up to the backward, then those after an autocast block) moves into
+    the loss function; the others stay on the main thread, after ``forward_backward``."""
+
+    model: str
+    model_call: cst.Call
+    output_name: Optional[str]
+    drop_first: bool  # the model call's own line (``out = model(x)``) becomes the parameter
+    labels: Tuple[str, ...]
+    input_args: Tuple[cst.BaseExpression, ...]
+    input_kwargs: Union[Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]
+    loss_name: Optional[str]
+    return_outputs: bool
+    sum_reduced: bool
+    moved: Tuple[bool, ...]
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
 
-__all__ = ["code", "method_call", "only_expression", "names_in", "assigned_names", "is_assignment_line"]
+__all__ = ["code", "method_call", "only_expression", "names_in", "assigned_names", "is_assignment_line",
+           "is_plain_line", "written_and_read", "names_outside"]
 
 _EMPTY = cst.Module([])
 
@@ -70,3 +71,65 @@ def is_assignment_line(statement: cst.BaseStatement) -> bool:
     )
 
 
+def is_plain_line(statement: cst.BaseStatement) -> bool:
+    """A line of assignments and expressions only (no return, break, del, import...)."""
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Expr)) for small in statement.body
+    )
+
+
+def written_and_read(statement: cst.BaseStatement) -> Tuple[Set[str], Set[str]]:
+    """(names a simple statement binds, names it reads): ``d[k] = v`` reads ``d``, ``k`` and
+    ``v``; ``a, b = f(a)`` binds ``a``, ``b`` and reads ``f``, ``a``; ``n += 1`` does both."""
+    written: Set[str] = set()
+    read: Set[str] = set()
+
+    def bind(target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            written.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                bind(element.value)
+        elif isinstance(target, cst.StarredElement):
+            bind(target.value)
+        else:  # attribute or subscript: the object is read (and mutated)
+            read.update(names_in(target))
+
+    for small in getattr(statement, "body", ()):
+        if isinstance(small, cst.Assign):
+            for target in small.targets:
+                bind(target.target)
+            read.update(names_in(small.value))
+        elif isinstance(small, cst.AugAssign):
+            bind(small.target)
+            read.update(names_in(small.target))
+            read.update(names_in(small.value))
+        elif isinstance(small, cst.AnnAssign):
+            bind(small.target)
+            if small.value is not None:
+                read.update(names_in(small.value))
+        else:
+            read.update(names_in(small))
+    return written, read
+
+
+def names_outside(root: cst.CSTNode, skipped: Set[cst.CSTNode]) -> Set[str]:
+    """Every plain name read or bound under ``root``, except under the ``skipped`` nodes."""
+    found: Set[str] = set()
+
+    class Collect(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node in skipped:
+                return False
+            if isinstance(node, cst.Name):
+                found.add(node.value)
+            return not isinstance(node, cst.Attribute) or _visit_attribute_value(node, self)
+
+    root.visit(Collect())
+    return found
+
+
+def _visit_attribute_value(attribute: cst.Attribute, visitor: cst.CSTVisitor) -> bool:
+    """Visit only the object of ``x.attr`` (the attribute's name is not a variable)."""
+    attribute.value.visit(visitor)
+    return False

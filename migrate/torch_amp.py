@@ -23,7 +23,7 @@ caller leaves the whole file untouched with that diagnostic.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Callable, List, Optional, Set, Tuple, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -31,10 +31,12 @@ import libcst.matchers as m
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, Plan
-from .steps import NUM_MICROBATCH, StepBuilder
+from .steps import StepBuilder
 from .syntax import code, only_expression
 
-__all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp", "NUM_MICROBATCH"]
+__all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
+
+T = TypeVar("T")
 
 
 class TorchAmpRules:
@@ -43,37 +45,56 @@ class TorchAmpRules:
     def __init__(self, facts: ModuleFacts, exact: bool) -> None:
         self.facts = facts
         self.exact = exact
-        self.plan = Plan()
+        self.plan = Plan(taken_names=set(facts.all_names))
         self._step_method_uses: List[cst.Name] = []
-        self.step_statements: Set[cst.CSTNode] = set()
-        self.backward_statements: Set[cst.CSTNode] = set()
         self._rewritten_constructors: Set[cst.Call] = set()
         self._dropped_imports: Set[int] = set()
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> Plan:
-        scalers = self._find_scalers()
-        for call, statement in scalers:
-            self._plan_scaler(call, statement)
-        self._reject_untracked_backwards()
+        """Plan every scaler's steps; every independent blocker is kept in ``plan.blocked``
+        (checks that would only repeat an earlier blocker's consequences are skipped)."""
+        for call, statement in self._collect(self._find_scalers) or []:
+            self._collect(self._plan_scaler, call, statement)
+        self._collect(self._reject_untracked_backwards)
+        if self.plan.blocked:
+            return self.plan
+        self._collect(self._reject_unscale_elsewhere)
         self._drop_unused_scaler_imports()
         for access in self._step_method_uses:
-            if self.facts.statement_of(access) not in self.step_statements:
-                raise Blocked(access, "RPM104", "scaler.unscale_/step/update outside a training "
-                              "step the migration recognised; migrate this loop by hand")
+            if self.facts.statement_of(access) not in self.plan.step_statements:
+                self.plan.blocked.append(Blocked(access, "RPM104", "scaler.unscale_/step/update "
+                                         "outside a training step the migration recognised; "
+                                         "migrate this loop by hand"))
         return self.plan
+
+    def _collect(self, check: Callable[..., T], *args: object) -> Optional[T]:
+        """Run ``check``; a :class:`Blocked` it raises is recorded, not propagated."""
+        try:
+            return check(*args)
+        except Blocked as blocked:
+            self.plan.blocked.append(blocked)
+            return None
 
     def _reject_untracked_backwards(self) -> None:
         """``x.scale(loss).backward()`` whose ``x`` was not followed from a torch GradScaler
-        (e.g. a function nobody in this file calls): not certain, so the file is left alone.
+        (e.g. a function nobody in this file calls): not certain, so the file is left alone;
+        each one is recorded.
         Objects built by a known non-torch call are someone else's and are ignored."""
         pattern = m.Call(func=m.Attribute(
             value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")))
+        already = {self.facts.statement_of(b.node) for b in self.plan.blocked}  # reported there
         for call in self.facts.backward_calls:
+            if self._scaled_on_an_object(call):
+                self.plan.blocked.append(Blocked(
+                    call, "RPM104", f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
+                    "the loss with a scaler held in an attribute or container, which the "
+                    "migration does not follow; migrate it by hand"))
+                continue
             if not m.matches(call, pattern):
                 continue
             statement = self.facts.statement_of(call)
-            if statement in self.backward_statements:
+            if statement in self.plan.backward_statements or statement in already:
                 continue
             owner = call.func.value.func.value
             scope = self.facts.scope(owner)
@@ -84,9 +105,30 @@ class TorchAmpRules:
             )
             if assignments and built_elsewhere:
                 continue
-            raise Blocked(call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
-                          "migration cannot follow back to a torch GradScaler in this file "
-                          "(e.g. a function nobody here calls); migrate it by hand")
+            self.plan.blocked.append(Blocked(
+                call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
+                "migration cannot follow back to a torch GradScaler in this file "
+                "(e.g. a function nobody here calls); migrate it by hand"))
+
+    @staticmethod
+    def _scaled_on_an_object(call: cst.Call) -> bool:
+        """``self.scaler.scale(loss).backward()``, ``scalers[i].scale(...).backward()``..."""
+        return m.matches(call, m.Call(func=m.Attribute(attr=m.Name("backward"), value=m.Call(
+            func=m.Attribute(attr=m.Name("scale"), value=~m.Name())))))
+
+    def _reject_unscale_elsewhere(self) -> None:
+        """``<anything>.unscale_(...)`` outside the recognised steps: a scaler used where the
+        migration did not follow it."""
+        step_functions = {arg.value.value for call in m.findall(self.facts.module, m.Call(
+            func=m.Attribute(attr=m.Name("step")), args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))
+            for arg in call.args[:1]}  # type: ignore[attr-defined]
+        for call in m.findall(self.facts.module, m.Call(func=m.Attribute(attr=m.Name("unscale_")))):
+            function = self.facts.enclosing(call, (cst.FunctionDef,))
+            if isinstance(function, cst.FunctionDef) and function.name.value in step_functions:
+                continue  # already RoundPipe's form: inside a function handed to model.step
+            if self.facts.statement_of(call) not in self.plan.step_statements:
+                raise Blocked(call, "RPM104", f"`{code(call)}` unscales with a scaler the migration "
+                              "did not follow to a recognised training step; migrate it by hand")
 
     def _built_by_other_call(self, node: cst.CSTNode) -> bool:
         statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
@@ -171,24 +213,12 @@ class TorchAmpRules:
 
     def _follow_into_function(self, arg: cst.Arg, name: str, depth: int) -> None:
         call = self.facts.parent(arg)
-        function = self._local_function(call)
+        function = self.facts.local_function(call)
         if function is None:
             raise Blocked(arg, "RPM104", "GradScaler passed to a function defined elsewhere; "
                           "training steps spread over several files are not migrated")
         param = self._parameter_for(call, function, arg)
         self._follow_scaler(param, self.facts.scope(function.body.body[0]), depth + 1)
-
-    def _local_function(self, call: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
-            return None
-        scope = self.facts.scope(call)
-        if scope is None:
-            return None
-        for assignment in scope[call.func.value]:
-            node = getattr(assignment, "node", None)
-            if isinstance(node, cst.FunctionDef):
-                return node
-        return None
 
     def _parameter_for(self, call: cst.Call, function: cst.FunctionDef, arg: cst.Arg) -> str:
         names = [p.name.value for p in function.params.params]

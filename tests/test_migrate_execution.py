@@ -100,3 +100,57 @@ def test_loss_computed_outside_autocast_stays_outside_and_matches(tmp_path):
     original = _run(LOSS_OUTSIDE_AUTOCAST, tmp_path, "original.py")
     assert _run(migrated.migrated, tmp_path, "migrated.py") == original
     assert len(STEP.findall(original)) == 8
+
+
+CASES = ROOT / "tests" / "migrate_cases"
+RUNNABLE_CASES = ["next_batch_fetch.py"]
+
+
+@pytest.mark.parametrize("name", RUNNABLE_CASES)
+def test_migrated_fixture_prints_the_originals_numbers(name, tmp_path):
+    """Statements kept on the main thread (bookkeeping, a next-batch fetch) run where they
+    ran; under --exact every printed number, the logged loss included, is the original's."""
+    source = (CASES / name).read_text()
+    original = _run(source, tmp_path, "original.py")
+    exact = migrate_source(source, name, exact=True)
+    assert exact.status == "migrated"
+    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    default = _run(migrate_source(source, name).migrated, tmp_path, "default.py")
+    assert len(STEP.findall(default)) == len(STEP.findall(original)) >= 6
+
+
+def test_logged_loss_stays_finite_when_loss_times_scale_overflows(tmp_path):
+    """loss * scale overflows float32 in the first steps of next_batch_fetch (scale 2**127):
+    the migrated script logs the real loss, never inf, in both modes."""
+    source = (CASES / "next_batch_fetch.py").read_text()
+    for exact in (True, False):
+        printed = _run(migrate_source(source, exact=exact).migrated, tmp_path, "overflow.py")
+        losses = [float(v) for _, v in STEP.findall(printed)]
+        assert losses and all(math.isfinite(v) for v in losses)
+        assert "scale 8.50705917" in printed  # a step overflowed: 2**127 was halved
+
+
+def test_lr_written_on_the_main_thread_does_not_race_with_the_step(tmp_path, monkeypatch):
+    """lr_schedule_by_hand writes the lr right after `model.step`. A slow optimizer step
+    records the lr it used: the default (asynchronous) migration must use the original's lr
+    at every step (without an ordering the main thread's write lands in the running step)."""
+    import time
+
+    import torch
+
+    used = []
+    plain_step = torch.optim.SGD.step
+
+    def slow_step(self, closure=None):
+        time.sleep(0.02)
+        used.append(self.param_groups[0]["lr"])
+        return plain_step(self, closure)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", slow_step)
+    source = (CASES / "lr_schedule_by_hand.py").read_text()
+    _run(source, tmp_path, "original.py")
+    original, used[:] = list(used), []
+    migrated = migrate_source(source, "lr_schedule_by_hand.py")
+    assert migrated.status == "migrated"
+    _run(migrated.migrated, tmp_path, "default.py")
+    assert used == original and len(original) == 8

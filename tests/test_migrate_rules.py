@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from migrate.engine import migrate_source
+from mutations import MUTATIONS, mutate_lines
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "migrate_cases"
@@ -81,33 +82,16 @@ def _mutations():
     lines = st.sampled_from(INPUTS).map(lambda p: p.read_text().splitlines(True))
     return lines.flatmap(lambda ls: st.tuples(
         st.just(ls),
-        st.lists(st.tuples(st.sampled_from(["drop", "dup", "swap", "dedent"]),
+        st.lists(st.tuples(st.sampled_from(MUTATIONS),
                            st.integers(0, max(0, len(ls) - 1))), min_size=1, max_size=4),
     ))
-
-
-def _mutate(lines, ops):
-    lines = list(lines)
-    for op, i in ops:
-        if not lines:
-            break
-        i %= len(lines)
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "swap" and i + 1 < len(lines):
-            lines[i], lines[i + 1] = lines[i + 1], lines[i]
-        elif op == "dedent":
-            lines[i] = lines[i][4:] if lines[i].startswith("    ") else lines[i]
-    return "".join(lines)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutations())
 def test_mutated_inputs_never_crash_and_never_emit_invalid_code(case):
     lines, ops = case
-    source = _mutate(lines, ops)
+    source = mutate_lines(lines, ops)
     result = migrate_source(source, "mutant.py")
     if result.changed:
         compile(result.migrated, "mutant.py", "exec")
@@ -121,9 +105,54 @@ def test_duplicated_training_code_is_reported_not_crashed():
     """Found by the mutation test: a duplicated optimizer line made two rules edit the same
     statements; the file must come back unchanged with a diagnostic."""
     lines = (ROOT / "examples" / "amp_train_function.py").read_text().splitlines(True)
-    source = _mutate(lines, [("dup", 51)])
+    source = mutate_lines(lines, [("dup", 51)])
     result = migrate_source(source, "dup.py")
     if result.changed:
         compile(result.migrated, "dup.py", "exec")
     else:
         assert result.migrated == source and result.diagnostics
+
+
+def test_result_records_every_change_with_original_and_new_lines():
+    """The report's data: inserted header, the zero_grad moved into the step function (with
+    its line before and after), the removed backward line; ranges point at the real text."""
+    source = (ROOT / "examples" / "amp_basic.py").read_text()
+    result = migrate_source(source)
+    before, after = source.splitlines(), result.migrated.splitlines()
+    kinds = {c.kind for c in result.changes}
+    assert {"inserted", "moved", "removed", "replaced"} <= kinds
+    moved = next(c for c in result.changes if c.kind == "moved")
+    assert before[moved.original[0] - 1].strip() == "optimizer.zero_grad(set_to_none=True)"
+    assert "optimizer.zero_grad(set_to_none=True)" in [
+        line.strip() for line in after[moved.new[0] - 1:moved.new[1]]]
+    removed = [before[c.original[0] - 1].strip() for c in result.changes if c.kind == "removed"]
+    assert "scaler.scale(loss).backward()" in removed
+    assert result.changes[0].to_json() == {"kind": "inserted", "original_lines": None, "new_lines": [9, 10]}
+    assert migrate_source("x = 1\n").changes == []
+
+
+TWO_BLOCKERS = '''import torch
+
+
+def train(model, batches):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in batches:
+        loss = model(x).sum()
+        scaler.scale(loss).backward(create_graph=True)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+class Trainer:
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+'''
+
+
+def test_every_blocker_in_a_file_is_reported_at_its_line():
+    """Independent blockers are all reported, each where it blocks, without follow-on noise
+    (the create_graph backward is not also called an unfollowed scaler)."""
+    result = migrate_source(TWO_BLOCKERS, "two.py")
+    assert [(d.line, d.code) for d in result.diagnostics] == [(9, "RPM103"), (16, "RPM104")]
+    assert result.migrated == TWO_BLOCKERS

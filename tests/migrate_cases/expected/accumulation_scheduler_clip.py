@@ -16,8 +16,11 @@ def main(loader, accum_steps=4):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             def _loss_fn(out, y):
                 loss = criterion(out, y) / accum_steps  # average over the accumulation window
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
+            loss = sum(_losses)
         running = loss.item()
         if (i + 1) % accum_steps == 0:
             # clip on unscaled gradients

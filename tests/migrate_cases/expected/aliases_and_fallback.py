@@ -18,8 +18,11 @@ def run(model, batches, use_amp):
         with ac("cuda", enabled=use_amp):
             def _loss_fn(logits, labels):
                 loss = torch.nn.functional.cross_entropy(logits, labels)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn)
+            loss = sum(_losses)
         def _step_fn():
             scaler.step(opt)
             opt.zero_grad(set_to_none=True)

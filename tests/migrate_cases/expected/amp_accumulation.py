@@ -44,8 +44,11 @@ def main():
                 loss = criterion(output, targets)
                 # Average over the accumulation window.
                 loss = loss / accum_steps
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+            loss = sum(_losses)
 
         # Gradients keep accumulating in .grad until the next optimizer step.
 

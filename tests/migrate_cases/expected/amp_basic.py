@@ -44,8 +44,11 @@ def main():
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             def _loss_fn(output, y):
                 loss = criterion(output, y)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
+            loss = sum(_losses)
 
         # Scale the loss so small gradients do not underflow.
         # step() unscales the gradients and skips the update on inf/nan.

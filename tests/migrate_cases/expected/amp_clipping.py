@@ -32,8 +32,11 @@ def main():
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+            loss = sum(_losses)
 
         # Gradients must be unscaled before clipping so max_norm means what it says.
         def _step_fn():

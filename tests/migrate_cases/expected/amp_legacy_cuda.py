@@ -40,8 +40,11 @@ def main():
         with amp.autocast(enabled=use_amp):
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+            loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()

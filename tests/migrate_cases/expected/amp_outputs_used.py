@@ -43,9 +43,11 @@ def main():
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             def _loss_fn(logits, labels):
                 loss = criterion(logits, labels)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss, logits = model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn, return_outputs=True)
-            loss = loss / scaler.get_scale()
+            _losses = []
+            logits = model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn, return_outputs=True)[1]
+            loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
             # Clear gradients through the module rather than the optimizer.

@@ -24,8 +24,11 @@ def train_one_epoch(model, optimizer, scaler, batches, epoch):
         with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+            loss = sum(_losses)
 
         # Backward on the scaled loss; the scaler unscales before stepping.
         def _step_fn():
@@ -79,6 +82,7 @@ def main():
         print("saved")
         checkpoint = torch.load(path, map_location=device)
         model.model.load_state_dict(checkpoint["model"])
+        model.synchronize()
         optimizer.load_state_dict(checkpoint["optimizer"])
         scaler.load_state_dict(checkpoint["scaler"])
         print("loaded")

@@ -22,8 +22,11 @@ def train(model, optimizer, criterion, batches, start_step):
     for inputs, targets in batches:
         def _loss_fn(output, targets):
             loss = criterion(output, targets)
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / amp_scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+        loss = sum(_losses)
         # amp multiplies the loss by the current scale before backward.
         def _step_fn():
             amp_scaler.step(optimizer)

@@ -31,8 +31,11 @@ def main():
     for step, (inputs, targets) in enumerate(batches):
         def _loss_fn(output, targets):
             loss = criterion(output.float(), targets)  # the loss itself in fp32
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / amp_scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+        loss = sum(_losses)
         # FP16_Optimizer scales the loss, back-propagates and copies grads to the masters.
         def _step_fn():
             amp_scaler.step(optimizer)

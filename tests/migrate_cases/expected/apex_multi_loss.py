@@ -43,8 +43,11 @@ def main():
             loss_a = mse(output, targets)
             loss_b = 0.5 * l1(output, targets)
             loss = loss_a + loss_b
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / amp_scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+        loss = sum(_losses)
 
         # loss_id picks which of the num_losses scalers handles this backward.
         def _step_fn():

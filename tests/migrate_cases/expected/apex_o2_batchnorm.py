@@ -49,8 +49,11 @@ def main():
     for step, (inputs, targets) in enumerate(batches):
         def _loss_fn(output, targets):
             loss = criterion(output, targets)
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / amp_scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+        loss = sum(_losses)
         # The scaled backward fills the fp16 grads; amp copies them to the
         # fp32 master grads and unscales those when the block exits.
         # Clip the (already unscaled) fp32 master gradients.

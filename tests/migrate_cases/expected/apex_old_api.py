@@ -42,8 +42,11 @@ def main():
 
         def _loss_fn(output, targets):
             loss = criterion(output, targets)
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn) / amp_scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
+        loss = sum(_losses)
 
         # The handle scales the loss and unscales the grads on exit.
         def _step_fn():

@@ -9,8 +9,11 @@ def main(model, loader, val_x):
     for x, y in loader:
         def _loss_fn(_outputs, y):
             loss = torch.nn.functional.mse_loss(_outputs, y)
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
+        loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
         model.step(_step_fn)

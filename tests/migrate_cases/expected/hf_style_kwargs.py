@@ -13,8 +13,11 @@ for epoch in range(3):
         with autocast():
             def _loss_fn(outputs, _label):
                 loss = outputs.loss
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(), input_kwargs=batch, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(), input_kwargs=batch, loss_fn=_loss_fn)
+            loss = sum(_losses)
         def _step_fn():
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)

@@ -12,8 +12,11 @@ def train(model, data, lr):
         with amp.autocast(torch.cuda.is_available()):
             def _loss_fn(pred, y):
                 loss = ((pred - y) ** 2).mean()
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
+            loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()

@@ -14,8 +14,11 @@ def train(model, batches, device):
                 with torch.autocast(device_type=device, enabled=False):
                     # the loss in full precision, outside autocast
                     loss = F.cross_entropy(logits.float(), y)
+                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+            _losses = []
+            model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
+            loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()

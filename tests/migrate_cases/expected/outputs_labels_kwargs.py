@@ -14,9 +14,11 @@ def fit(model, batches, device):
             def _loss_fn(logits, _labels):
                 y, w = _labels
                 loss = F.cross_entropy(logits, y, reduction="sum") * w.mean()
+                _losses.append(loss.detach().cpu())
                 return scaler.scale(loss)
-            loss, logits = model.forward_backward(input_args=(x,), input_kwargs={"attention_mask": mask}, label=(y, w), loss_fn=_loss_fn, return_outputs=True)
-            loss = loss / scaler.get_scale()
+            _losses = []
+            logits = model.forward_backward(input_args=(x,), input_kwargs={"attention_mask": mask}, label=(y, w), loss_fn=_loss_fn, return_outputs=True)[1]
+            loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad(set_to_none=True)

@@ -15,8 +15,11 @@ def train(model, loader, max_steps):
         x, y = batch["x"], batch["y"]
         def _loss_fn(_outputs, y):
             loss = F.mse_loss(_outputs, y)  # forward inside the loss call
+            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return scaler.scale(loss) / NUM_MICROBATCH
-        loss = model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn) / scaler.get_scale()
+        _losses = []
+        model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
+        loss = sum(_losses)
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()

@@ -1,0 +1,54 @@
+"""Where a model is handed to another trainer: DistributedDataParallel/DataParallel (also
+through a helper function of the module), ``torch.compile``, EMA copies, ``deepcopy``.
+
+A RoundPipe model must be the only thing that trains its weights, so the rules refuse a
+file where such a wrapper is built from the model (before or after the RoundPipe wrap).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .names import PARALLEL_WRAPPERS, ModuleFacts
+
+__all__ = ["parallel_call", "other_trainer"]
+
+_EMA = re.compile(r"(?:^|_)ema(?:_|\d|$)|Ema|EMA")
+
+_OTHER_TRAINERS = {
+    "torch.compile": "torch.compile builds a second model object from it",
+    "copy.deepcopy": "a deep copy would be a second, untrained model",
+    "torch.optim.swa_utils.AveragedModel": "an averaged (EMA/SWA) copy follows the old module",
+}
+
+
+def parallel_call(facts: ModuleFacts, node: cst.CSTNode, depth: int = 0) -> Optional[cst.Call]:
+    """A DDP/DataParallel call under ``node``, directly or inside a function of this module
+    that ``node`` calls (``model = wrap_distributed(model)``), else None."""
+    for call in m.findall(node, m.Call()):
+        assert isinstance(call, cst.Call)
+        if facts.calls_any(call, PARALLEL_WRAPPERS):
+            return call
+        function = facts.local_function(call)
+        if function is not None and depth < 3 and parallel_call(facts, function.body, depth + 1) is not None:
+            return call
+    return None
+
+
+def other_trainer(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[str, str]]:
+    """(diagnostic code, why) when handing the model to ``call`` makes another trainer of
+    it (RPM101 for DDP/DataParallel, RPM114 otherwise), else None."""
+    names = facts.qualified(call.func)
+    for name in names:
+        if name in _OTHER_TRAINERS:
+            return "RPM114", _OTHER_TRAINERS[name]
+    if names & PARALLEL_WRAPPERS or parallel_call(facts, call) is not None:
+        return "RPM101", "DistributedDataParallel/DataParallel would train it outside RoundPipe"
+    callee = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+    if _EMA.search(str(callee)):
+        return "RPM114", "an EMA copy built from it would follow the old module"
+    return None

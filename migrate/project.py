@@ -1,0 +1,309 @@
+"""Migrate the given files as one program.
+
+:func:`migrate_project` runs the per-file engine (:func:`~migrate.engine.migrate_source`)
+on every file that may take part in mixed-precision training, then makes the outcome
+consistent over the project:
+
+* every file is checked with Python's own parser first (fast), so a file that does not
+  parse is reported (RPM901) even when it holds no AMP marker;
+* which given file imports which (``import a.b``, ``from .b import c``) is resolved from the
+  paths; a file imported by an AMP file is analysed whatever its text;
+* a wrapped model handed to a function of another given file is not followed across files:
+  the file is left unchanged (RPM110) rather than half-migrated;
+* a file calling a loss-scaler wrapper class defined in another given file (the shape of
+  timm's ``NativeScaler``) is named (RPM111) unless it was migrated or already reported;
+* if a file is refused, every file connected to it through imports among the files that
+  take part is left unchanged too (RPM110, naming the blocking file and line).
+
+It never imports torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Set, Tuple
+
+from .diagnostics import Diagnostic, FileResult
+from .engine import SCALER_USE, migrate_source
+from .prefilter import might_use_amp
+
+__all__ = ["migrate_project", "project_view", "ProjectFile", "ImportEdge"]
+
+
+@dataclass(frozen=True)
+class ImportEdge:
+    """``importer`` imports ``target`` (both given paths) at ``line``; ``names`` maps each
+    name it binds from it to the name defined there (empty for ``import a.b``)."""
+
+    importer: str
+    target: str
+    line: int
+    names: Tuple[Tuple[str, str], ...]  # (bound here, defined there)
+    module_alias: Optional[str]  # ``import a.b as m`` / ``from a import b``: the name bound to the module
+
+
+@dataclass
+class ProjectFile:
+    """What the project view knows about one given file."""
+
+    path: str
+    source: str
+    tree: Optional[ast.Module]
+    imports: List[ImportEdge] = field(default_factory=list)
+
+
+def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str, FileResult]:
+    """Migrate ``sources`` (path -> text) consistently; return one result per path.
+
+    Paths are relative or absolute file paths using ``/``; modules are named from them
+    (``pkg/train.py`` is ``pkg.train`` and also ``train``). A result never holds a change
+    while a file it depends on, or that depends on it, was refused.
+    """
+    files = project_view(sources)
+    amp = {path for path, f in files.items() if f.tree is not None and _mentions_amp(f.source)}
+    imported_by_amp = {edge.target for path in amp for edge in files[path].imports}
+    results: Dict[str, FileResult] = {}
+    for path, project_file in files.items():
+        if project_file.tree is None:
+            results[path] = _syntax_error(project_file)
+        else:
+            results[path] = migrate_source(project_file.source, path, exact=exact,
+                                           force=path in imported_by_amp and path not in amp)
+    _refuse_models_handed_across(files, results)
+    _name_wrapper_users(files, results)
+    _keep_components_consistent(files, results)
+    return results
+
+
+# ---------------------------------------------------------------- parsing and imports
+def project_view(sources: Mapping[str, str]) -> Dict[str, ProjectFile]:
+    """Every given file parsed with Python's parser (``tree`` None: it does not parse),
+    with the imports of other given files it makes."""
+    files = {path: _parse(path, text) for path, text in sources.items()}
+    resolver = _Resolver(list(files))
+    for project_file in files.values():
+        if project_file.tree is not None:
+            project_file.imports = resolver.edges(project_file)
+    return files
+
+
+def _parse(path: str, source: str) -> ProjectFile:
+    try:
+        tree: Optional[ast.Module] = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError):
+        tree = None
+    return ProjectFile(path, source, tree)
+
+
+def _syntax_error(project_file: ProjectFile) -> FileResult:
+    result = FileResult(path=project_file.path, original=project_file.source, migrated=project_file.source)
+    try:
+        ast.parse(project_file.source, filename=project_file.path)
+    except SyntaxError as err:
+        result.diagnostics.append(Diagnostic(project_file.path, err.lineno or 1, (err.offset or 0) or 1,
+                                             "RPM901", f"syntax error, file skipped: {err.msg}"))
+    except ValueError as err:  # e.g. a NUL byte
+        result.diagnostics.append(Diagnostic(project_file.path, 1, 1, "RPM901", f"syntax error, file skipped: {err}"))
+    return result
+
+
+def _mentions_amp(source: str) -> bool:
+    return might_use_amp(source) or SCALER_USE.search(source) is not None
+
+
+class _Resolver:
+    """Maps dotted module names to the given paths that can be that module."""
+
+    def __init__(self, paths: List[str]) -> None:
+        self._by_name: Dict[str, List[str]] = {}
+        for path in paths:
+            for name in _module_names(path):
+                self._by_name.setdefault(name, []).append(path)
+
+    def find(self, dotted: str) -> Optional[str]:
+        found = self._by_name.get(dotted, [])
+        return found[0] if len(found) == 1 else None  # ambiguous names are not guessed
+
+    def edges(self, project_file: ProjectFile) -> List[ImportEdge]:
+        assert project_file.tree is not None
+        edges: List[ImportEdge] = []
+        for node in ast.walk(project_file.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target = self.find(alias.name)
+                    if target is not None and target != project_file.path:
+                        bound = alias.asname or (alias.name if "." not in alias.name else None)
+                        edges.append(ImportEdge(project_file.path, target, node.lineno, (), bound))
+            elif isinstance(node, ast.ImportFrom):
+                base = self._base(project_file.path, node)
+                if base is None:
+                    continue
+                module = self.find(base) if base else None
+                names = tuple((a.asname or a.name, a.name) for a in node.names
+                              if self.find(_join(base, a.name)) is None)
+                if module is not None and module != project_file.path and names:
+                    edges.append(ImportEdge(project_file.path, module, node.lineno, names, None))
+                for alias in node.names:  # from pkg import submodule
+                    sub = self.find(_join(base, alias.name))
+                    if sub is not None and sub != project_file.path:
+                        edges.append(ImportEdge(project_file.path, sub, node.lineno, (),
+                                                alias.asname or alias.name))
+        return edges
+
+    @staticmethod
+    def _base(path: str, node: ast.ImportFrom) -> Optional[str]:
+        """The absolute dotted name a ``from ... import`` reads from ('' for the folder)."""
+        if not node.level:
+            return node.module or ""
+        folder = posixpath.dirname(path).split("/") if posixpath.dirname(path) else []
+        if node.level - 1 > len(folder):
+            return None
+        parts = folder[: len(folder) - (node.level - 1)] if node.level > 1 else folder
+        return ".".join([p for p in parts if p] + ([node.module] if node.module else []))
+
+
+def _join(base: str, name: str) -> str:
+    return f"{base}.{name}" if base else name
+
+
+def _module_names(path: str) -> List[str]:
+    """``a/b/c.py`` -> ``a.b.c``, ``b.c``, ``c``; ``a/b/__init__.py`` -> ``a.b``, ``b``."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or not parts[-1].endswith(".py"):
+        return []
+    parts[-1] = parts[-1][:-3]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return [".".join(parts[i:]) for i in range(len(parts)) if parts[i:]]
+
+
+# ---------------------------------------------------------------- project-level checks
+def _refuse(result: FileResult, line: int, message: str) -> None:
+    """Leave ``result``'s file unchanged, saying why."""
+    result.migrated = result.original
+    result.rewrites = []
+    result.wrapped_models = []
+    result.diagnostics.append(Diagnostic(result.path, line, 1, "RPM110", message))
+
+
+def _imported_functions(project_file: ProjectFile) -> Dict[str, Tuple[str, int]]:
+    """Name (or ``module.name``) under which this file calls a function of another given
+    file -> (that file, import line)."""
+    found: Dict[str, Tuple[str, int]] = {}
+    for edge in project_file.imports:
+        for bound, _ in edge.names:
+            found[bound] = (edge.target, edge.line)
+        if edge.module_alias:
+            found[edge.module_alias + "."] = (edge.target, edge.line)
+    return found
+
+
+def _callee(node: ast.Call, imported: Dict[str, Tuple[str, int]]) -> Optional[Tuple[str, str, int]]:
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in imported:
+        return (func.id, *imported[func.id])
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id + "." in imported:
+        return (f"{func.value.id}.{func.attr}", *imported[func.value.id + "."])
+    return None
+
+
+def _refuse_models_handed_across(files: Dict[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+    """A wrapped model passed to a function of another given file: what that function does
+    with it (checkpoint keys, evaluation, another trainer) is not followed across files."""
+    for path, result in results.items():
+        tree = files[path].tree
+        if not result.changed or not result.wrapped_models or tree is None:
+            continue
+        imported = _imported_functions(files[path])
+        wrapped = set(result.wrapped_models)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = _callee(node, imported)
+            passed = [a.id for a in [*node.args, *(k.value for k in node.keywords)]
+                      if isinstance(a, ast.Name) and a.id in wrapped]
+            if callee is not None and passed:
+                name, target, _ = callee
+                _refuse(result, node.lineno, f"the model {passed[0]!r} would be wrapped with RoundPipe, "
+                        f"but it is passed to {name}() of {target}, which the migration does not "
+                        "follow across files (checkpoint keys, evaluation, other trainers); "
+                        "file left unchanged")
+                break
+
+
+def _wrapper_classes(files: Dict[str, ProjectFile]) -> Dict[Tuple[str, str], int]:
+    """(file, class name) -> line for classes that scale a loss and call backward (a
+    loss-scaler wrapper such as timm's ``NativeScaler``)."""
+    found: Dict[Tuple[str, str], int] = {}
+    for path, project_file in files.items():
+        if project_file.tree is None or not SCALER_USE.search(project_file.source) and "GradScaler" not in project_file.source:
+            continue
+        for node in ast.walk(project_file.tree):
+            if isinstance(node, ast.ClassDef):
+                text = ast.get_source_segment(project_file.source, node) or ""
+                if ("GradScaler" in text or ".scale(" in text) and ".backward(" in text:
+                    found[(path, node.name)] = node.lineno
+    return found
+
+
+def _name_wrapper_users(files: Dict[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+    """A file using a loss-scaler wrapper of another given file is migrated or named."""
+    wrappers = _wrapper_classes(files)
+    if not wrappers:
+        return
+    for path, project_file in files.items():
+        result = results[path]
+        if project_file.tree is None or result.changed or result.diagnostics:
+            continue
+        for edge in project_file.imports:
+            used = [defined for _, defined in sorted(edge.names) if (edge.target, defined) in wrappers]
+            if used:
+                line = wrappers[(edge.target, used[0])]
+                result.diagnostics.append(Diagnostic(path, edge.line, 1, "RPM111", (
+                    f"uses the loss-scaler wrapper {used[0]} ({edge.target}:{line}), which the "
+                    "migration does not rewrite; migrate its training step by hand")))
+                break
+
+
+def _keep_components_consistent(files: Dict[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+    """Files that take part (changed, or reported) and import each other are migrated
+    together or not at all."""
+    taking_part = {p for p, r in results.items() if r.changed or any(not d.is_info for d in r.diagnostics)}
+    neighbours: Dict[str, Set[str]] = {p: set() for p in taking_part}
+    lines: Dict[Tuple[str, str], int] = {}
+    for path in taking_part:
+        for edge in files[path].imports:
+            if edge.target in taking_part:
+                neighbours[path].add(edge.target)
+                neighbours[edge.target].add(path)
+                lines.setdefault((path, edge.target), edge.line)
+                lines.setdefault((edge.target, path), 1)
+    seen: Set[str] = set()
+    for start in sorted(taking_part):
+        if start in seen:
+            continue
+        component, queue = [], [start]
+        seen.add(start)
+        while queue:
+            current = queue.pop()
+            component.append(current)
+            for other in sorted(neighbours[current] - seen):
+                seen.add(other)
+                queue.append(other)
+        blockers = [(p, d) for p in sorted(component) for d in results[p].diagnostics if not d.is_info]
+        if not blockers:
+            continue
+        blocking_path, blocker = blockers[0]
+        for path in component:
+            if results[path].changed:
+                _refuse(results[path], _line_towards(path, component, lines), (
+                    f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not "
+                    "migrated and this file takes part in the same training program"))
+
+
+def _line_towards(path: str, component: List[str], lines: Dict[Tuple[str, str], int]) -> int:
+    """The line of ``path``'s first import of another file of the component, else 1."""
+    found = [lines[(path, other)] for other in component if (path, other) in lines and lines[(path, other)] > 1]
+    return min(found) if found else 1
