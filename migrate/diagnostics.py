@@ -30,6 +30,8 @@ CODES: Dict[str, str] = {
     "RPM901": "syntax error",
     "RPM902": "file could not be read or written",
     "RPM903": "file is not UTF-8",
+    "RPM904": "internal error in roundpipe-migrate (please report it)",
+    "RPM905": "not a regular Python file (FIFO, device, notebook); skipped unread",
 }
 
 

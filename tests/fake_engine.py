@@ -33,3 +33,9 @@ def uncompilable_migrate(source: str, path: str = "<stdin>", exact: bool = False
 def crashing_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
     """Break the engine's promise never to raise."""
     raise RuntimeError("engine bug")
+
+
+def rewriting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Drop the first line and turn ``y = 2`` into two lines (for the report's changes)."""
+    migrated = source.split("\n", 1)[1].replace("y = 2\n", "y = 2  # one\ny2 = 2\n")
+    return FileResult(path=path, original=source, migrated=migrated)
