@@ -10,6 +10,7 @@ thread notices the parent is gone. A killed ``-j`` run leaves no processes behin
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
 import ctypes.util
 import multiprocessing
@@ -41,23 +42,41 @@ def run_in_workers(
     """
     order = sorted(range(len(tasks)), key=lambda index: not costly[index])
     chunks = _chunks(order, costly)
-    pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=min(processes, len(chunks)), initializer=_start_worker, initargs=(os.getpid(),)
-    )
+    pool = None
     finished = False
     try:
-        futures = [pool.submit(_run_chunk, worker, [tasks[i] for i in chunk]) for chunk in chunks]
+        with _sigint_held():  # a Ctrl-C while forking would be lost in fork hooks
+            pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=min(processes, len(chunks)), initializer=_start_worker,
+                initargs=(os.getpid(),),
+            )
+            futures = [pool.submit(_run_chunk, worker, [tasks[i] for i in chunk]) for chunk in chunks]
         place = {index: (n, k) for n, chunk in enumerate(chunks) for k, index in enumerate(chunk)}
         for index in range(len(tasks)):
             n, k = place[index]
             yield futures[n].result()[k]
         finished = True
     finally:
-        if not finished:
+        if pool is not None and not finished:
             pool.shutdown(wait=False, cancel_futures=True)
             for child in multiprocessing.active_children():
                 child.terminate()
-        pool.shutdown(wait=True)
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold SIGINT back while the block runs; one that arrived is raised after it. The
+    workers forked inside inherit the hold and drop it once they ignore SIGINT."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _chunks(order: Sequence[int], costly: Sequence[bool]) -> List[List[int]]:
@@ -79,6 +98,8 @@ def _run_chunk(worker: Callable[[T], R], chunk: Sequence[T]) -> List[R]:
 def _start_worker(parent: int) -> None:
     """Initializer of each worker: ignore SIGINT, and die when ``parent`` does."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if not _kernel_kills_orphans():
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     if os.getppid() != parent:  # the parent died before the watch began
