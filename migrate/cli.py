@@ -39,7 +39,18 @@ import stat
 import sys
 import threading
 from typing import (
-    Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, TextIO, Tuple, TypeVar, Union,
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    TextIO,
+    Tuple,
+    TypeVar,
+    Union,
 )
 
 from .diagnostics import Diagnostic, FileResult, Rewrite
@@ -126,7 +137,7 @@ class Tally:
     dry: bool = False
     statuses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     changed: int = 0
-    entries: List[dict] = dataclasses.field(default_factory=list)
+    entries: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def add(self, result: FileResult) -> None:
         """Count ``result`` (after anything done to it while writing)."""
@@ -225,7 +236,8 @@ def _syntax_error(text: str, path: str) -> Optional[Diagnostic]:
         compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as err:
         line, col = err.lineno or 1, err.offset or 1
-        return Diagnostic(path, line, max(col, 1), "RPM901", f"syntax error, file skipped: {err.msg}")
+        message = f"syntax error, file skipped: {err.msg}"
+        return Diagnostic(path, line, max(col, 1), "RPM901", message)
     except (ValueError, RecursionError, MemoryError) as err:  # NUL bytes, deep nesting
         reason = str(err) or type(err).__name__
         return Diagnostic(path, 1, 1, "RPM901", f"syntax error, file skipped: {reason}")
@@ -333,7 +345,8 @@ def migrate_all(
         if isinstance(item, Source):
             outcome = next(outcomes)
             migrated = item.text if outcome.migrated is None else outcome.migrated
-            yield item, FileResult(job.path, item.text, migrated, outcome.rewrites, outcome.diagnostics)
+            diagnostics = outcome.diagnostics
+            yield item, FileResult(job.path, item.text, migrated, outcome.rewrites, diagnostics)
         else:
             yield None, item
 
@@ -361,7 +374,7 @@ def unified_diff(result: FileResult) -> str:
     return "".join(line if line.endswith("\n") else line + _NO_NEWLINE_MARK for line in lines)
 
 
-def changes(result: FileResult) -> List[dict]:
+def changes(result: FileResult) -> List[Dict[str, Any]]:
     """The changed regions of ``result`` for the report, each labelled with its line
     numbers in the original and in the new text (``start`` is 1-based; a ``count`` of 0
     is an empty range placed before line ``start``, as in a unified diff hunk)."""
@@ -369,6 +382,7 @@ def changes(result: FileResult) -> List[dict]:
         return []
     old, new = _LINE.findall(result.original), _LINE.findall(result.migrated)
     kinds = {"replace": "replaced", "delete": "removed", "insert": "inserted"}
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     return [
         {
             "kind": kinds[tag],
@@ -376,7 +390,7 @@ def changes(result: FileResult) -> List[dict]:
             "new": {"start": j1 + 1, "count": j2 - j1},
             "source": "diff",
         }
-        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
         if tag != "equal"
     ]
 
@@ -499,9 +513,10 @@ def write_report(path: str, tally: Tally, options: argparse.Namespace) -> None:
 
 
 def _output_location(options: argparse.Namespace) -> Optional[str]:
+    """Where the migrated text of this run went (see :func:`write_report`)."""
     if options.mode == "output":
-        return os.path.abspath(options.output)
-    return {"write": "in place", "stdout": "stdout"}.get(options.mode)
+        return os.path.abspath(str(options.output))
+    return {"write": "in place", "stdout": "stdout"}.get(str(options.mode))
 
 
 # ---------------------------------------------------------------------- command line
@@ -624,7 +639,8 @@ def _stdin_results(engine: Engine, exact: bool) -> Iterator[Tuple[Optional[Sourc
     if isinstance(source, FileResult):
         yield None, source
     else:
-        yield source, migrate_text(source.text, STDIN_PATH, engine, exact, might_use_amp(source.text))
+        look = might_use_amp(source.text)
+        yield source, migrate_text(source.text, STDIN_PATH, engine, exact, look)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

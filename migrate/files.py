@@ -13,7 +13,6 @@ import dataclasses
 import fnmatch
 import os
 import stat
-import tempfile
 from typing import BinaryIO, FrozenSet, List, Optional, Sequence, Union
 
 __all__ = [
@@ -121,7 +120,8 @@ def _walk(root: str, excludes: Sequence[str], skip_folders: FrozenSet[str]) -> L
     def unlistable(err: OSError) -> None:
         folder = os.fspath(err.filename)
         reason = err.strerror or str(err)
-        found.append(Job(os.path.normpath(folder), os.path.relpath(folder, root), real_root, reason))
+        rel = os.path.relpath(folder, root)
+        found.append(Job(os.path.normpath(folder), rel, real_root, reason))
 
     for folder, subfolders, names in os.walk(root, onerror=unlistable):
         rel_folder = os.path.relpath(folder, root)
@@ -235,7 +235,8 @@ def save(path: str, text: str, job_root: Optional[str], roots: FrozenSet[str]) -
         )
     info = os.stat(target)
     if not (info.st_mode & 0o222 and os.access(target, os.W_OK)):
-        return Refusal("RPM902", "not written: the file is read-only; make it writable to migrate it")
+        message = "not written: the file is read-only; make it writable to migrate it"
+        return Refusal("RPM902", message)
     if info.st_nlink > 1:
         _write_in_place(target, text)
     else:
@@ -248,7 +249,9 @@ def _inside(path: str, roots: FrozenSet[str]) -> bool:
     return any(os.path.commonpath([path, root]) == root for root in roots)
 
 
-def write_atomically(target: str, text: str, mode: int, owner: Optional[os.stat_result] = None) -> None:
+def write_atomically(
+    target: str, text: str, mode: int, owner: Optional[os.stat_result] = None
+) -> None:
     """Make ``target`` hold exactly ``text`` (UTF-8) with permission bits ``mode``, through
     a temporary file renamed over it; with ``owner`` (the stat of the file replaced), the
     new file also gets its owner and group.
@@ -258,6 +261,8 @@ def write_atomically(target: str, text: str, mode: int, owner: Optional[os.stat_
     rewritten in place instead. On any failure ``target`` is left as it was, the temporary
     file is removed and the exception propagates.
     """
+    import tempfile  # only a run that writes pays for it (and for shutil, random, ...)
+
     folder = os.path.dirname(target) or os.curdir
     os.makedirs(folder, exist_ok=True)
     prefix = f".{os.path.basename(target)}."

@@ -50,7 +50,9 @@ def run_in_workers(
                 max_workers=min(processes, len(chunks)), initializer=_start_worker,
                 initargs=(os.getpid(),),
             )
-            futures = [pool.submit(_run_chunk, worker, [tasks[i] for i in chunk]) for chunk in chunks]
+            futures = [
+                pool.submit(_run_chunk, worker, [tasks[i] for i in chunk]) for chunk in chunks
+            ]
         place = {index: (n, k) for n, chunk in enumerate(chunks) for k, index in enumerate(chunk)}
         for index in range(len(tasks)):
             n, k = place[index]

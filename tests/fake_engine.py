@@ -39,3 +39,10 @@ def rewriting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -
     """Drop the first line and turn ``y = 2`` into two lines (for the report's changes)."""
     migrated = source.split("\n", 1)[1].replace("y = 2\n", "y = 2  # one\ny2 = 2\n")
     return FileResult(path=path, original=source, migrated=migrated)
+
+
+def noting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """``fake_migrate`` that also leaves an RPM301 note saying the engine saw the file."""
+    result = fake_migrate(source, path, exact)
+    result.diagnostics.append(Diagnostic(path, 1, 1, "RPM301", "seen by the engine"))
+    return result

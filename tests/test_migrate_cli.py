@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fake_engine import crashing_migrate, fake_migrate, rewriting_migrate, uncompilable_migrate
+
 from migrate import cli
 
 REPO = Path(__file__).resolve().parents[1]

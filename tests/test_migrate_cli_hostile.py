@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fake_engine import fake_migrate
+
 from migrate import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +36,13 @@ def run(capsys, *argv):
 def tool(*argv, timeout=60, **kwargs):
     """Run ``python -m migrate`` in a subprocess; the completed process."""
     return subprocess.run(
-        [sys.executable, "-m", "migrate", *map(str, argv)], cwd=REPO, env=ENV,
-        capture_output=True, text=True, timeout=timeout, **kwargs,
+        [sys.executable, "-m", "migrate", *map(str, argv)],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
     )
 
 
@@ -111,9 +116,7 @@ def test_syntax_errors_are_reported_in_files_without_any_amp_marker(tmp_path, ca
 
 
 def test_an_engine_exception_on_a_walrus_bound_scaler_is_a_diagnostic(tmp_path, capsys):
-    source = (
-        "import torch\nif (scaler := torch.amp.GradScaler()):\n    pass\n"
-    )
+    source = "import torch\nif (scaler := torch.amp.GradScaler()):\n    pass\n"
     path = tmp_path / "walrus.py"
     path.write_text(source)
     (tmp_path / "z_train.py").write_text(BASIC)
@@ -201,8 +204,12 @@ def test_write_keeps_a_bom(tmp_path, capsys):
 def test_stdin_keeps_a_bom(tmp_path):
     plain = tool("-", input=BASIC)
     with_bom = subprocess.run(
-        [sys.executable, "-m", "migrate", "-"], cwd=REPO, env=ENV, capture_output=True,
-        input=BOM + BASIC.encode(), timeout=60,
+        [sys.executable, "-m", "migrate", "-"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        input=BOM + BASIC.encode(),
+        timeout=60,
     )
     assert plain.returncode == with_bom.returncode == 0
     assert with_bom.stdout == BOM + plain.stdout.encode()
@@ -213,12 +220,19 @@ def test_stdin_that_is_not_utf8_gets_the_same_diagnostic_as_a_file(tmp_path):
     (tmp_path / "latin.py").write_bytes(data)
     from_file = tool(tmp_path / "latin.py")
     from_stdin = subprocess.run(
-        [sys.executable, "-m", "migrate", "--diff", "-"], cwd=REPO, env=ENV,
-        capture_output=True, input=data, timeout=60,
+        [sys.executable, "-m", "migrate", "--diff", "-"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        input=data,
+        timeout=60,
     )
     assert from_stdin.returncode == from_file.returncode == 2
     assert from_stdin.stdout == b""
-    assert from_stdin.stderr.decode().replace("<stdin>", str(tmp_path / "latin.py")) == from_file.stderr
+    assert (
+        from_stdin.stderr.decode().replace("<stdin>", str(tmp_path / "latin.py"))
+        == from_file.stderr
+    )
 
 
 @pytest.mark.xfail(
@@ -236,8 +250,10 @@ def test_stdin_that_is_not_utf8_gets_the_same_diagnostic_as_a_file(tmp_path):
     ids=["except-branch", "sole-import"],
 )
 def test_write_keeps_the_comment_of_a_rewritten_import_line(tmp_path, capsys, imports):
-    source = "import torch\n" + imports + BASIC.split("\n\n", 1)[1].replace(
-        "torch.amp.GradScaler(", "GradScaler("
+    source = (
+        "import torch\n"
+        + imports
+        + BASIC.split("\n\n", 1)[1].replace("torch.amp.GradScaler(", "GradScaler(")
     )
     path = tmp_path / "a.py"
     path.write_text(source)
@@ -330,8 +346,13 @@ def _start_with_workers(tmp_path):
     """A ``-j 2`` run in its own session, once its two workers are up."""
     tree = _slow_tree(tmp_path / "tree")
     process = subprocess.Popen(
-        [sys.executable, "-m", "migrate", "-j", "2", str(tree)], cwd=REPO, env=ENV,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [sys.executable, "-m", "migrate", "-j", "2", str(tree)],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 30
     while len(_children(process.pid)) < 2:
