@@ -13,16 +13,13 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from fake_engine import crashing_migrate, fake_migrate, rewriting_migrate, uncompilable_migrate
+from migrate_cli_support import AMP, REPO, SUBPROCESS_ENV, run
 
 from migrate import cli
 
-REPO = Path(__file__).resolve().parents[1]
-SUBPROCESS_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-AMP = "from torch.amp import GradScaler\nscaler = GradScaler()\n"
 MIGRATED = AMP + "# migrated\n"
 PARTIAL = AMP + "m = DataParallel(m)\n"
 NOTED = AMP + "# NOTE\n"
@@ -35,13 +32,6 @@ RPM101_TEXT = "RPM101 model wrapped in DistributedDataParallel/DataParallel"
 def fake(monkeypatch):
     """Use the fake engine for the test."""
     monkeypatch.setattr(cli, "ENGINE", fake_migrate)
-
-
-def run(capsys, *argv):
-    """Run the tool in-process; return (exit status, stdout, stderr)."""
-    code = cli.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def summary(files, migrated, partial, errors, unchanged, dry=True):

@@ -1,5 +1,5 @@
 """The mutation test at the command line's boundary (issue 11): fixture and example
-scripts, mutated line by line and then made hostile (deep nesting, NUL bytes, a BOM, CRLF
+scripts, mutated a few lines at a time and then made hostile (deep nesting, NUL bytes, a BOM, CRLF
 line endings), go through the same path as a file: decode, check, migrate, restore.
 
 Whatever the input, nothing escapes as an exception; what comes out either is the input
@@ -34,7 +34,11 @@ def _deep(kind, depth):
     return "x = " + "a and " * depth + "1"
 
 
-LINE_OPS = st.tuples(st.sampled_from(["drop", "dup", "swap", "dedent"]), st.integers(0, 10_000))
+WINDOW_OPS = st.tuples(
+    st.sampled_from(["cut", "repeat", "reverse", "dedent"]),
+    st.integers(0, 10_000),
+    st.integers(1, 3),
+)
 HOSTILE = st.one_of(
     st.tuples(
         st.just("deep"),
@@ -49,19 +53,19 @@ HOSTILE = st.one_of(
 
 
 def _mutate(lines, ops):
-    lines = list(lines)
-    for op, i in ops:
-        if not lines:
-            break
-        i %= len(lines)
-        if op == "drop":
-            del lines[i]
-        elif op == "dup":
-            lines.insert(i, lines[i])
-        elif op == "swap" and i + 1 < len(lines):
-            lines[i], lines[i + 1] = lines[i + 1], lines[i]
-        elif op == "dedent" and lines[i].startswith("    "):
-            lines[i] = lines[i][4:]
+    """``lines`` after each window operation ``(op, start, size)`` on ``size`` lines."""
+    for op, start, size in ops:
+        start %= max(1, len(lines))
+        window, end = lines[start : start + size], start + size
+        if op == "cut":
+            window = []
+        elif op == "repeat":
+            window = window * 2
+        elif op == "reverse":
+            window = window[::-1]
+        else:
+            window = [line[4:] if line.startswith("    ") else line for line in window]
+        lines = lines[:start] + window + lines[end:]
     return lines
 
 
@@ -89,7 +93,7 @@ def _make_hostile(lines, changes):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(INPUTS),
-    st.lists(LINE_OPS, max_size=3),
+    st.lists(WINDOW_OPS, max_size=3),
     st.lists(HOSTILE, min_size=1, max_size=3),
 )
 def test_hostile_mutants_never_escape_and_never_lose_what_the_file_had(path, ops, changes):

@@ -16,21 +16,20 @@ from pathlib import Path
 
 import pytest
 from fake_engine import fake_migrate
+from migrate_cli_support import AMP, REPO, run
+from migrate_cli_support import SUBPROCESS_ENV as ENV
 
 from migrate import cli
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 BASIC = (REPO / "examples" / "amp_basic.py").read_text()
-SCALER = "from torch.amp import GradScaler\nscaler = GradScaler()\n"
-AMP = SCALER
+SCALER = AMP
 BOM = "\ufeff".encode()
 
 
-def run(capsys, *argv):
-    code = cli.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+@pytest.fixture
+def fake(monkeypatch):
+    """Use the fake engine for the test."""
+    monkeypatch.setattr(cli, "ENGINE", fake_migrate)
 
 
 def tool(*argv, timeout=60, **kwargs):
@@ -48,11 +47,6 @@ def tool(*argv, timeout=60, **kwargs):
 
 def summary_of(err):
     return err.strip().splitlines()[-1]
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setattr(cli, "ENGINE", fake_migrate)
 
 
 # ----------------------------------------------------------------- input that bites

@@ -6,28 +6,21 @@ import pty
 import select
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from fake_engine import fake_migrate
+from migrate_cli_support import AMP, REPO, run
 
 from migrate import cli
 
-REPO = Path(__file__).resolve().parents[1]
-AMP = "from torch.amp import GradScaler\nscaler = GradScaler()\n"
 PARTIAL = AMP + "m = DataParallel(m)\n"
 ESC = "\x1b["
 
 
 @pytest.fixture
 def fake(monkeypatch):
+    """Use the fake engine for the test."""
     monkeypatch.setattr(cli, "ENGINE", fake_migrate)
-
-
-def run(capsys, *argv):
-    code = cli.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize(

@@ -3,15 +3,10 @@ import, syntax errors everywhere; and how ``-j`` shares the work (issue 14)."""
 
 import pytest
 from fake_engine import noting_migrate
+from migrate_cli_support import run
 
 from migrate import cli, pool
 from migrate.prefilter import imported_modules, might_use_amp, select_candidates
-
-
-def run(capsys, *argv):
-    code = cli.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def seen(err):

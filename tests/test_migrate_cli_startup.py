@@ -3,13 +3,12 @@ never import the engine, libcst or its matchers; a real run loads nothing heavie
 libcst (never torch, numpy or roundpipe)."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+from migrate_cli_support import REPO
+from migrate_cli_support import SUBPROCESS_ENV as ENV
+
 HEAVY = ("torch", "numpy", "roundpipe", "compat_matrix")
 
 
