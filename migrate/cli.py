@@ -131,29 +131,34 @@ class Outcome:
 class Tally:
     """What the run has seen: files by status, how many changed, the report entries.
 
-    ``dry`` (diff and check modes) words the summary as "would migrate".
+    ``dry`` (diff and check modes) words the summary as "would migrate"; report
+    entries are only kept when ``report`` is set.
     """
 
     dry: bool = False
+    report: bool = False
+    files: int = 0
     statuses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     changed: int = 0
     entries: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def add(self, result: FileResult) -> None:
         """Count ``result`` (after anything done to it while writing)."""
+        self.files += 1
         self.statuses[result.status] += 1
         self.changed += result.changed
-        self.entries.append({**result.to_json(), "changes": changes(result)})
+        if self.report:
+            self.entries.append({**result.to_json(), "changes": changes(result)})
 
     def summary(self) -> Dict[str, int]:
         """Counts for the report: all files, changed files, and files per status."""
-        counts = {"files": len(self.entries), "changed": self.changed}
+        counts = {"files": self.files, "changed": self.changed}
         counts.update((status, self.statuses[status]) for status in STATUSES)
         return counts
 
     def summary_line(self, interrupted: bool = False) -> str:
         """The one line printed at the end of a run; its wording is stable."""
-        files, errors = len(self.entries), self.statuses["error"]
+        files, errors = self.files, self.statuses["error"]
         migrated = "would migrate" if self.dry else "migrated"
         line = (
             f"{PROG}: {files} file{'s' * (files != 1)} checked, "
@@ -224,8 +229,10 @@ def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) 
         )
         return _left_unchanged(unchanged, "RPM904", message)
     if result.changed and _syntax_error(result.migrated, path) is not None:
-        message = "internal error: the migrated text does not compile; file left unchanged " \
+        message = (
+            "internal error: the migrated text does not compile; file left unchanged "
             "(please report this)"
+        )
         return _left_unchanged(result, "RPM904", message)
     return result
 
@@ -245,7 +252,8 @@ def _syntax_error(text: str, path: str) -> Optional[Diagnostic]:
 
 
 def _on_deep_stack(function: Callable[[], T]) -> T:
-    """``function()`` run on a fresh thread with a ``_ENGINE_STACK_BYTES`` stack."""
+    """``function()`` run on a fresh thread with a ``_ENGINE_STACK_BYTES`` stack (on this
+    thread where no such thread can be started)."""
     box: List[Tuple[bool, object]] = []
 
     def target() -> None:
@@ -254,10 +262,15 @@ def _on_deep_stack(function: Callable[[], T]) -> T:
         except BaseException as err:  # noqa: BLE001 - handed to the calling thread
             box.append((False, err))
 
-    previous = threading.stack_size(_ENGINE_STACK_BYTES)
+    try:
+        previous = threading.stack_size(_ENGINE_STACK_BYTES)
+    except (ValueError, RuntimeError):  # a platform that does not let us choose
+        return function()
     try:
         thread = threading.Thread(target=target, name="roundpipe-migrate-engine", daemon=True)
         thread.start()
+    except RuntimeError:  # no room for such a stack (ulimit -v): use this thread's
+        return function()
     finally:
         threading.stack_size(previous)
     thread.join()
@@ -327,13 +340,9 @@ def migrate_all(
     migration run in that many worker processes, costly files first.
     """
     loaded = [load(job) for job in jobs]
-    sources = [item for item in loaded if isinstance(item, Source)]
-    look = iter(select_candidates(
-        [job.path for job, item in zip(jobs, loaded) if isinstance(item, Source)],
-        [source.text for source in sources],
-    ))
-    tasks = [Task(job.path, item.text, next(look)) for job, item in zip(jobs, loaded)
-             if isinstance(item, Source)]
+    present = [(job, item) for job, item in zip(jobs, loaded) if isinstance(item, Source)]
+    look = select_candidates([job.path for job, _ in present], [item.text for _, item in present])
+    tasks = [Task(job.path, item.text, chosen) for (job, item), chosen in zip(present, look)]
     worker = functools.partial(process, engine=engine, exact=exact)
     if processes > 1 and sum(task.look for task in tasks) > 1:
         from .pool import run_in_workers
@@ -655,7 +664,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         Palette(use_color(options.color, sys.stdout)),
         Palette(use_color(options.color, sys.stderr)),
     )
-    tally = Tally(dry=options.dry)
+    tally = Tally(dry=options.dry, report=bool(options.report))
     try:
         code = _run(run, tally)
     except KeyboardInterrupt:
