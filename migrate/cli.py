@@ -347,7 +347,8 @@ def migrate_all(
     if processes > 1 and sum(task.look for task in tasks) > 1:
         from .pool import run_in_workers
 
-        outcomes = run_in_workers(tasks, [task.look for task in tasks], worker, processes)
+        costly = [task.look for task in tasks]
+        outcomes = run_in_workers(tasks, costly, worker, processes, lost=_lost_in_a_worker)
     else:
         outcomes = map(worker, tasks)
     for job, item in zip(jobs, loaded):
@@ -358,6 +359,15 @@ def migrate_all(
             yield item, FileResult(job.path, item.text, migrated, outcome.rewrites, diagnostics)
         else:
             yield None, item
+
+
+def _lost_in_a_worker(task: Task) -> Outcome:
+    """The outcome of a task whose worker process died before sending it back."""
+    message = (
+        "internal error: a worker process died while this file was being migrated or "
+        "waiting for it; file left unchanged (please report this)"
+    )
+    return Outcome(None, [], [Diagnostic(task.path, 1, 1, "RPM904", message)])
 
 
 def real_engine(source: str, path: str = STDIN_PATH, exact: bool = False) -> FileResult:

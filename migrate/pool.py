@@ -10,6 +10,7 @@ thread notices the parent is gone. A killed ``-j`` run leaves no processes behin
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import ctypes
 import ctypes.util
@@ -31,14 +32,20 @@ _WATCH_INTERVAL_S = 0.2
 
 
 def run_in_workers(
-    tasks: Sequence[T], costly: Sequence[bool], worker: Callable[[T], R], processes: int
+    tasks: Sequence[T],
+    costly: Sequence[bool],
+    worker: Callable[[T], R],
+    processes: int,
+    lost: Callable[[T], R],
 ) -> Iterator[R]:
     """``worker``'s result for each task, in task order, computed in ``processes`` worker
     processes (``worker`` must pickle). Costly tasks are sent first, two at a time; the
     others in chunks of up to 64 after them.
 
-    If the consumer stops early (an exception, an interrupt), queued tasks are cancelled
-    and the workers are terminated.
+    If a worker process dies (a crash in native code, the OOM killer), the pool is broken:
+    every task whose result had not come back yet gets ``lost(task)`` instead. If the
+    consumer stops early (an exception, an interrupt), queued tasks are cancelled and the
+    workers are terminated.
     """
     order = sorted(range(len(tasks)), key=lambda index: not costly[index])
     chunks = _chunks(order, costly)
@@ -56,7 +63,11 @@ def run_in_workers(
         place = {index: (n, k) for n, chunk in enumerate(chunks) for k, index in enumerate(chunk)}
         for index in range(len(tasks)):
             n, k = place[index]
-            yield futures[n].result()[k]
+            try:
+                result = futures[n].result()[k]
+            except concurrent.futures.process.BrokenProcessPool:
+                result = lost(tasks[index])
+            yield result
         finished = True
     finally:
         if pool is not None and not finished:

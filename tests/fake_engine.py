@@ -9,6 +9,9 @@ unpickle them. ``fake_migrate`` follows simple text rules:
 * ``NOTE``: an RPM301 info diagnostic (does not change the status).
 """
 
+import os
+import signal
+
 from migrate.diagnostics import CODES, Diagnostic, FileResult, Rewrite
 
 
@@ -46,3 +49,11 @@ def noting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> F
     result = fake_migrate(source, path, exact)
     result.diagnostics.append(Diagnostic(path, 1, 1, "RPM301", "seen by the engine"))
     return result
+
+
+def dying_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """``fake_migrate``, except that a source containing ``DIE`` kills the process at once,
+    as a crash in native code or the OOM killer would."""
+    if "DIE" in source:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fake_migrate(source, path, exact)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_engine import fake_migrate
+from fake_engine import dying_migrate, fake_migrate
 from migrate_cli_support import AMP, REPO, run
 from migrate_cli_support import SUBPROCESS_ENV as ENV
 
@@ -397,3 +397,18 @@ def test_sigint_in_process_ends_with_a_summary_and_exit_130(tmp_path, capsys, mo
         "roundpipe-migrate: 1 file checked, 1 would migrate, 0 partial, 0 errors, 0 unchanged "
         "(interrupted)\n"
     )
+
+
+def test_a_worker_that_dies_costs_its_files_not_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "ENGINE", dying_migrate)
+    (tmp_path / "a_plain.py").write_text("x = 1\n")  # done, or lost with the pool
+    (tmp_path / "b_dies.py").write_text(AMP + "DIE = 1\n")
+    for name in ("c.py", "d.py", "e.py"):
+        (tmp_path / name).write_text(AMP)
+    code, _, err = run(capsys, "-j", "2", "--report", tmp_path / "r.json", tmp_path)
+    assert code == 2
+    report = json.loads((tmp_path / "r.json").read_text())
+    by_path = {Path(entry["path"]).name: entry for entry in report["files"]}
+    assert by_path["b_dies.py"]["diagnostics"][0]["code"] == "RPM904"
+    assert "a worker process died" in by_path["b_dies.py"]["diagnostics"][0]["message"]
+    assert summary_of(err).startswith("roundpipe-migrate: 5 files checked")
