@@ -228,7 +228,7 @@ def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) 
             "file left unchanged (please report this)"
         )
         return _left_unchanged(unchanged, "RPM904", message)
-    if result.changed and _syntax_error(result.migrated, path) is not None:
+    if result.changed and _syntax_error(result.migrated, path, to_bytecode=True) is not None:
         message = (
             "internal error: the migrated text does not compile; file left unchanged "
             "(please report this)"
@@ -237,10 +237,12 @@ def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) 
     return result
 
 
-def _syntax_error(text: str, path: str) -> Optional[Diagnostic]:
-    """An RPM901 diagnostic if Python's own parser rejects ``text``, else None."""
+def _syntax_error(text: str, path: str, to_bytecode: bool = False) -> Optional[Diagnostic]:
+    """An RPM901 diagnostic if Python's own parser rejects ``text``, else None. With
+    ``to_bytecode`` the text is compiled all the way, which also catches what only the
+    compiler checks (``return`` outside a function, a misplaced ``nonlocal``)."""
     try:
-        compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        compile(text, path, "exec", 0 if to_bytecode else ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as err:
         line, col = err.lineno or 1, err.offset or 1
         message = f"syntax error, file skipped: {err.msg}"

@@ -33,6 +33,11 @@ def uncompilable_migrate(source: str, path: str = "<stdin>", exact: bool = False
     return FileResult(path=path, original=source, migrated=source + "def (:\n")
 
 
+def misplaced_return_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Return a "migration" that parses but does not compile (``return`` at module level)."""
+    return FileResult(path=path, original=source, migrated=source + "return 1\n")
+
+
 def crashing_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
     """Break the engine's promise never to raise."""
     raise RuntimeError("engine bug")

@@ -15,7 +15,13 @@ import sys
 import time
 
 import pytest
-from fake_engine import crashing_migrate, fake_migrate, rewriting_migrate, uncompilable_migrate
+from fake_engine import (
+    crashing_migrate,
+    fake_migrate,
+    misplaced_return_migrate,
+    rewriting_migrate,
+    uncompilable_migrate,
+)
 from migrate_cli_support import AMP, REPO, SUBPROCESS_ENV, run
 
 from migrate import cli
@@ -234,8 +240,9 @@ def test_write_failure_leaves_the_original_intact(tmp_path, capsys, fake, monkey
     ]
 
 
-def test_uncompilable_output_is_never_written(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "ENGINE", uncompilable_migrate)
+@pytest.mark.parametrize("engine", [uncompilable_migrate, misplaced_return_migrate])
+def test_uncompilable_output_is_never_written(tmp_path, capsys, monkeypatch, engine):
+    monkeypatch.setattr(cli, "ENGINE", engine)
     make(tmp_path, {"a.py": AMP})
     code, out, err = run(capsys, "-w", "--report", tmp_path / "r.json", tmp_path / "a.py")
     assert (code, out) == (2, "")
