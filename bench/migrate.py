@@ -132,17 +132,20 @@ def write_plain_files(tree: Path, count: int) -> List[Path]:
 
 @dataclasses.dataclass
 class Row:
-    """One line of the report: the median of ``samples``, their spread, the target."""
+    """One line of the report: the median of ``samples``, their spread, the target, and
+    the load average when the row was measured."""
 
     label: str
     samples: List[float]
     unit: str
     target: str = ""
+    load: str = dataclasses.field(default_factory=lambda: load())
 
     def text(self) -> str:
         median = statistics.median(self.samples)
         spread = f"{min(self.samples):.3f}-{max(self.samples):.3f}"
-        return f"{median:9.3f} {self.unit:<8} spread {spread:<13} {self.target:<14} load {load()}"
+        target = f"{self.target:<14}"
+        return f"{median:9.3f} {self.unit:<8} spread {spread:<13} {target} load {self.load}"
 
 
 def load() -> str:

@@ -484,7 +484,7 @@ def deliver(job: Job, source: Optional[Source], result: FileResult, run: Run) ->
     target = os.path.realpath(job.path) if options.write else os.path.join(options.output, job.rel)
     try:
         if options.write:
-            refusal = save(job.path, text, job.root, run.roots)
+            refusal = save(job.path, text, job.in_folder, run.roots)
         else:
             write_atomically(target, text, stat.S_IMODE(os.stat(job.path).st_mode))
             refusal = None

@@ -44,14 +44,14 @@ class Job:
     """One file to process.
 
     ``path`` is what is opened and what diagnostics show; ``rel`` is the path relative to
-    the PATH argument it was found under (where ``-o`` puts its copy). ``root`` is the
-    real path of the folder PATH it was found in (None for a file named directly).
+    the PATH argument it was found under (where ``-o`` puts its copy). ``in_folder`` is
+    true when it was found inside a folder PATH, false when it was named directly.
     ``problem``, when set, says why the file's folder could not be listed.
     """
 
     path: str
     rel: str
-    root: Optional[str] = None
+    in_folder: bool = False
     problem: Optional[str] = None
 
 
@@ -114,14 +114,13 @@ def _walk(root: str, excludes: Sequence[str], skip_folders: FrozenSet[str]) -> L
 
     A folder that cannot be listed becomes a job carrying the reason, so it is reported.
     """
-    real_root = os.path.realpath(root)
     found: List[Job] = []
 
     def unlistable(err: OSError) -> None:
         folder = os.fspath(err.filename)
         reason = err.strerror or str(err)
         rel = os.path.relpath(folder, root)
-        found.append(Job(os.path.normpath(folder), rel, real_root, reason))
+        found.append(Job(os.path.normpath(folder), rel, True, reason))
 
     for folder, subfolders, names in os.walk(root, onerror=unlistable):
         rel_folder = os.path.relpath(folder, root)
@@ -132,7 +131,7 @@ def _walk(root: str, excludes: Sequence[str], skip_folders: FrozenSet[str]) -> L
         for name in names:
             rel = _join_rel(rel_folder, name)
             if name.endswith(".py") and not _excluded(rel, name, excludes):
-                found.append(Job(os.path.normpath(os.path.join(folder, name)), rel, real_root))
+                found.append(Job(os.path.normpath(os.path.join(folder, name)), rel, True))
     found.sort(key=lambda job: job.rel.split(os.sep))
     return found
 
@@ -217,18 +216,19 @@ def decode(data: bytes) -> Union[Source, Refusal]:
 # ----------------------------------------------------------------------------- writing
 
 
-def save(path: str, text: str, job_root: Optional[str], roots: FrozenSet[str]) -> Optional[Refusal]:
+def save(path: str, text: str, in_folder: bool, roots: FrozenSet[str]) -> Optional[Refusal]:
     """Rewrite the file at ``path`` (``-w``) to hold ``text``; None when done.
 
     Refused, with the file untouched: a read-only file, and a symlink found inside a
-    folder PATH (``job_root``) whose target lies outside every folder PATH (``roots``).
+    folder PATH (``in_folder``) whose target lies outside every folder PATH (``roots``,
+    real paths).
     A file with several hard links, or one whose owner or group this process cannot give
     a new file, is rewritten in place so the links and the ownership stay; any other file
     is replaced atomically. Raises OSError when the write itself fails (the file is then
     as it was).
     """
     target = os.path.realpath(path)
-    if job_root is not None and os.path.islink(path) and not _inside(target, roots):
+    if in_folder and os.path.islink(path) and not _inside(target, roots):
         return Refusal(
             "RPM902", f"not written: {path} is a symlink to {target}, outside the folders "
             "given; name the link or its target directly to rewrite it",

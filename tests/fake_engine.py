@@ -11,6 +11,7 @@ unpickle them. ``fake_migrate`` follows simple text rules:
 
 import os
 import signal
+import time
 
 from migrate.diagnostics import CODES, Diagnostic, FileResult, Rewrite
 
@@ -61,4 +62,11 @@ def dying_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> Fi
     as a crash in native code or the OOM killer would."""
     if "DIE" in source:
         os.kill(os.getpid(), signal.SIGKILL)
+    return fake_migrate(source, path, exact)
+
+
+def waiting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """``fake_migrate`` after 0.4 s of sleep: costly without using the CPU, so two workers
+    overlap however busy the machine is."""
+    time.sleep(0.4)
     return fake_migrate(source, path, exact)

@@ -266,9 +266,13 @@ def test_write_on_a_folder_never_writes_through_a_symlink_that_leads_out(tmp_pat
     (tree / "inside.py").write_text(AMP)
     (tree / "link_out.py").symlink_to(outside)
     (tree / "link_in.py").symlink_to(tree / "inside.py")
+    (tmp_path / "outside_dir").mkdir()
+    (tmp_path / "outside_dir" / "far.py").write_text(AMP)
+    (tree / "linked_dir").symlink_to(tmp_path / "outside_dir")
     code, _, err = run(capsys, "-w", tree)
     assert code == 2
     assert outside.read_text() == AMP
+    assert (tmp_path / "outside_dir" / "far.py").read_text() == AMP  # not entered
     assert (tree / "inside.py").read_text() == AMP + "# migrated\n"
     assert (tree / "link_out.py").is_symlink() and (tree / "link_in.py").is_symlink()
     assert err.splitlines()[0] == (

@@ -1,8 +1,10 @@
 """Which files reach the engine (issue 9): the prefilter's markers, files that candidates
 import, syntax errors everywhere; and how ``-j`` shares the work (issue 14)."""
 
+import time
+
 import pytest
-from fake_engine import noting_migrate
+from fake_engine import noting_migrate, waiting_migrate
 from migrate_cli_support import run
 
 from migrate import cli, pool
@@ -130,3 +132,17 @@ def test_costly_tasks_go_first_in_pairs_and_cheap_ones_in_large_chunks():
         [180, 190],
     ]
     assert [len(chunk) for chunk in chunks[10:]] == [64, 64, 52]
+
+
+def test_two_workers_share_the_costly_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "ENGINE", waiting_migrate)
+    for i in range(10):
+        (tmp_path / f"train{i}.py").write_text("scaler = GradScaler()\n")
+    for i in range(100):
+        (tmp_path / f"plain{i:03d}.py").write_text("x = 1\n")
+    walls = {}
+    for jobs in ("1", "2"):
+        start = time.monotonic()
+        assert run(capsys, "--check", "-q", "-j", jobs, tmp_path)[0] == 1
+        walls[jobs] = time.monotonic() - start
+    assert walls["2"] < 0.75 * walls["1"], walls
