@@ -416,3 +416,29 @@ def test_a_worker_that_dies_costs_its_files_not_the_run(tmp_path, capsys, monkey
     assert by_path["b_dies.py"]["diagnostics"][0]["code"] == "RPM904"
     assert "a worker process died" in by_path["b_dies.py"]["diagnostics"][0]["message"]
     assert summary_of(err).startswith("roundpipe-migrate: 5 files checked")
+
+
+def test_a_return_outside_a_function_is_a_syntax_error(tmp_path, capsys):
+    path = tmp_path / "a.py"
+    path.write_text("x = 1\nreturn x\n")
+    code, _, err = run(capsys, path)
+    assert code == 2
+    assert err.splitlines()[0] == (
+        f"{path}:2:1: RPM901 syntax error, file skipped: 'return' outside function"
+    )
+
+
+def test_compiler_warnings_are_neither_errors_nor_noise(tmp_path):
+    (tmp_path / "a.py").write_text('import re\npattern = re.compile("\\d+")\nassert (1, "x")\n')
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "migrate", str(tmp_path)],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "")
+    assert done.stderr == (
+        "roundpipe-migrate: 1 file checked, 0 would migrate, 0 partial, 0 errors, 1 unchanged\n"
+    )
