@@ -104,7 +104,7 @@ and --exclude matches. A file named directly is processed whatever its name. A s
 to a file found in a folder is read; -w rewrites its target only when that target lies
 inside a folder PATH. FIFOs, devices and notebooks are reported and never read.
 
-Every file is checked with Python's own parser: one that does not parse is reported
+Every file is compiled (not run) by Python first: one that does not compile is reported
 (RPM901) whatever it contains. Only files that mention a scaler or apex amp, and the
 given files they import, are handed to the migration engine. A file that cannot be
 read, is not UTF-8 or does not parse is reported and left alone; the other files are
