@@ -354,6 +354,9 @@ def migrate_all(
     if processes > 1 and sum(task.look for task in tasks) > 1:
         from .pool import run_in_workers
 
+        if engine is real_engine:  # forked workers inherit it instead of each importing it
+            from . import engine as _  # noqa: F401
+
         costly = [task.look for task in tasks]
         outcomes = run_in_workers(tasks, costly, worker, processes, lost=_lost_in_a_worker)
     else:
