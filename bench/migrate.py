@@ -1,30 +1,37 @@
-"""Benchmark: what ``roundpipe-migrate`` costs on a repository, next to bare libcst.
+"""Benchmark: what ``roundpipe-migrate`` costs, next to bare libcst, in interleaved rounds.
 
-    python bench/migrate.py [--files 300] [--amp-share 0.1] [--repeats 5] [--parallel-files 120]
+    python bench/migrate.py [--files 300] [--amp-share 0.1] [--rounds 5]
+                            [--sizes 100,1000,3000] [--parallel-files 120]
 
-Run from the repository root (``PYTHONPATH=.`` if the project is not installed). One
-run builds a temporary tree of ``--files`` Python files, of which ``--amp-share`` are
-the ``examples/amp_*.py`` training scripts (cycled, spread over a few subfolders) and
-the rest plain modules copied from the interpreter's standard library (100 to 800
-lines, none mentioning an AMP marker). It then prints, side by side:
+Run from the repository root (``PYTHONPATH=.`` if the project is not installed). Trees
+are built in a temporary folder: ``--amp-share`` of their files are the
+``examples/amp_*.py`` training scripts (cycled, spread over a few subfolders), the rest
+plain modules copied from the interpreter's standard library (100 to 800 lines, none
+mentioning an AMP marker). Every row is a ratio of two things measured side by side:
+each round runs both, alternately, and the row prints the median of the per-round ratios
+with their spread (min-max) and the load average when the row was finished.
 
-* the whole-tree ``roundpipe-migrate --check -q TREE`` run, in process;
-* "bare libcst" on the same tree: read, ``libcst.parse_module`` and ``.code`` per file;
-* their ratio (the project aims at 0.5 or less, thanks to the text prefilter that
-  skips files without AMP markers before parsing);
-* ``migrate_source`` on the AMP files alone, in files per second;
-* ``-j 1`` against ``-j 2`` on a tree of AMP files only, each run as a subprocess
-  (``python -m migrate``) so that interpreter and worker start-up count for both.
+* start-up: ``python -m migrate --help`` against ``python -c pass`` (subprocesses, with
+  byte-code caching on, in a scratch cache folder); target: --help <= 0.15 s;
+* ``--check -q TREE`` in process against bare libcst (read, ``parse_module``, ``.code``)
+  on the ``--files`` tree; target <= 0.5x;
+* the engine per AMP file against a bare libcst parse + codegen of the same file
+  (issue 14's target for the engine: <= 3x);
+* growth: ``--check`` on trees of ``--sizes`` files (same AMP share), the cost per AMP
+  file and per file, one round each;
+* ``-j 2`` against ``-j 1`` (subprocesses, so interpreter and worker start-up count), on
+  the ``--files`` tree and on ``--parallel-files`` AMP files alone; target >= 1.8x on two
+  free cores.
 
-In-process timings are the median of ``--repeats`` runs after one warm-up; the
-subprocess timings the median of 3 after one warm-up. Not part of the test suite.
+Not part of the test suite. The figures depend on the load: read them with the load
+average printed beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
+import dataclasses
 import importlib.metadata
 import itertools
 import os
@@ -37,7 +44,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import libcst
 
@@ -56,21 +63,6 @@ T = TypeVar("T")
 AMP_FOLDERS = ("training", "experiments/fp16", "scripts/legacy")
 PLAIN_FOLDERS = ("core", "core/utils", "services", "services/io", "tools")
 MIN_LINES, MAX_LINES = 100, 800
-SUBPROCESS_REPEATS = 3
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The benchmark's options."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=300, help="files in the mixed tree")
-    parser.add_argument(
-        "--amp-share", type=float, default=0.1, help="fraction of the tree that are AMP scripts"
-    )
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per in-process measure")
-    parser.add_argument(
-        "--parallel-files", type=int, default=120, help="AMP files in the -j 1 / -j 2 tree"
-    )
-    return parser.parse_args(argv)
 
 
 # ----------------------------------------------------------------------------- the trees
@@ -138,16 +130,53 @@ def write_plain_files(tree: Path, count: int) -> List[Path]:
 # ----------------------------------------------------------------------------- timing
 
 
-def median_time(action: Callable[[], T], repeats: int) -> Tuple[float, T]:
-    """Median wall time in seconds of ``repeats`` calls of ``action`` (after one untimed
-    warm-up call), and what the last call returned."""
+@dataclasses.dataclass
+class Row:
+    """One line of the report: the median of ``samples``, their spread, the target, and
+    the load average when the row was measured."""
+
+    label: str
+    samples: List[float]
+    unit: str
+    target: str = ""
+    load: str = dataclasses.field(default_factory=lambda: load())
+
+    def text(self) -> str:
+        median = statistics.median(self.samples)
+        spread = f"{min(self.samples):.3f}-{max(self.samples):.3f}"
+        target = f"{self.target:<14}"
+        return f"{median:9.3f} {self.unit:<8} spread {spread:<13} {target} load {self.load}"
+
+
+def load() -> str:
+    """The 1-minute load average, as ``uptime`` prints it."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def timed(action: Callable[[], T]) -> Tuple[float, T]:
+    """Wall time in seconds of one call of ``action``, and what it returned."""
+    start = time.perf_counter()
     result = action()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = action()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples), result
+    return time.perf_counter() - start, result
+
+
+def interleaved(
+    first: Callable[[], object], second: Callable[[], object], rounds: int
+) -> Tuple[List[float], List[float]]:
+    """Times of ``first`` and ``second`` run alternately ``rounds`` times, after one
+    untimed warm-up of each (which round goes first alternates too)."""
+    first(), second()
+    a: List[float] = []
+    b: List[float] = []
+    for index in range(rounds):
+        pair = [(first, a), (second, b)]
+        for action, samples in pair if index % 2 == 0 else pair[::-1]:
+            samples.append(timed(action)[0])
+    return a, b
+
+
+def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> List[float]:
+    return [n / d for n, d in zip(numerators, denominators)]
 
 
 def run_cli_quietly(argv: List[str]) -> int:
@@ -170,15 +199,10 @@ def migrate_texts(sources: Sequence[Tuple[str, str]]) -> None:
         migrate_source(text, path)
 
 
-def subprocess_command(tree: Path, processes: int) -> List[str]:
-    """The ``python -m migrate --check -q -j N TREE`` command line."""
-    return [sys.executable, "-m", "migrate", "--check", "-q", "-j", str(processes), str(tree)]
-
-
-def run_subprocess(command: List[str]) -> int:
+def run_subprocess(command: List[str], env: Optional[Dict[str, str]] = None) -> int:
     """Run ``command`` from the repository root, with it importable and the output
     discarded; return the exit status."""
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.run(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -186,81 +210,140 @@ def run_subprocess(command: List[str]) -> int:
     ).returncode
 
 
+def migrate_command(tree: Path, processes: int) -> List[str]:
+    """The ``python -m migrate --check -q -j N TREE`` command line."""
+    return [sys.executable, "-m", "migrate", "--check", "-q", "-j", str(processes), str(tree)]
+
+
+def build_tree(root: Path, files: int, amp_share: float) -> Tuple[List[Path], List[Path]]:
+    """A tree of ``files`` files, ``amp_share`` of them AMP scripts: (AMP paths, all paths)."""
+    amp_count = round(files * amp_share)
+    amp_paths = write_amp_files(root, amp_count)
+    return amp_paths, amp_paths + write_plain_files(root, files - amp_count)
+
+
+# ----------------------------------------------------------------------------- measures
+
+
+def startup_row(scratch: Path, rounds: int) -> Row:
+    """``--help`` against a bare interpreter, with byte-code caching in ``scratch``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
+    help_times, bare_times = interleaved(
+        lambda: run_subprocess([sys.executable, "-m", "migrate", "--help"], env),
+        lambda: run_subprocess([sys.executable, "-c", "pass"], env),
+        rounds,
+    )
+    row = Row("roundpipe-migrate --help (s)", help_times, "s", "target <= 0.15")
+    print(f"  python -c pass: median {statistics.median(bare_times):.3f} s")
+    return row
+
+
+def check_rows(tree: Path, amp_paths: List[Path], all_paths: List[Path], rounds: int) -> List[Row]:
+    """``--check`` against bare libcst on the tree, and the engine per AMP file."""
+    cli_times, cst_times = interleaved(
+        lambda: run_cli_quietly(["--check", "-q", str(tree)]), lambda: bare_libcst(all_paths),
+        rounds,
+    )
+    sources = [(str(path), path.read_text(encoding="utf-8")) for path in amp_paths]
+    engine_times, amp_cst_times = interleaved(
+        lambda: migrate_texts(sources), lambda: bare_libcst(amp_paths), rounds
+    )
+    count = len(amp_paths)
+    return [
+        Row(f"--check / bare libcst, {len(all_paths)} files", ratios(cli_times, cst_times),
+            "x", "target <= 0.5"),
+        Row("engine / bare libcst, per AMP file", ratios(engine_times, amp_cst_times), "x",
+            "target <= 3"),
+        Row("engine per AMP file (ms)", [t * 1000 / count for t in engine_times], "ms"),
+    ]
+
+
+def growth_rows(scratch: Path, sizes: Sequence[int], amp_share: float) -> List[Row]:
+    """One ``--check`` round per tree size: cost per AMP file and per file."""
+    rows = []
+    for size in sizes:
+        tree = scratch / f"size_{size}"
+        amp_paths, all_paths = build_tree(tree, size, amp_share)
+        seconds, _ = timed(lambda: run_cli_quietly(["--check", "-q", str(tree)]))
+        rows.append(Row(f"--check {size} files: per AMP file (ms)",
+                        [seconds * 1000 / max(1, len(amp_paths))], "ms"))
+        rows.append(Row(f"--check {size} files: per file (ms)",
+                        [seconds * 1000 / len(all_paths)], "ms"))
+    return rows
+
+
+def parallel_row(label: str, tree: Path, rounds: int) -> Row:
+    """``-j 2`` against ``-j 1`` on ``tree``: the speed-up per round."""
+    one, two = interleaved(
+        lambda: run_subprocess(migrate_command(tree, 1)),
+        lambda: run_subprocess(migrate_command(tree, 2)),
+        rounds,
+    )
+    return Row(label, ratios(one, two), "x", "target >= 1.8")
+
+
 # ----------------------------------------------------------------------------- report
 
 
 def machine_facts() -> List[str]:
-    """Python version, CPU count and load average, one fact a line."""
-    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    """Python version, libcst version, CPU count and load average, one fact a line."""
+    loads = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     return [
-        f"python      {platform.python_version()} ({platform.python_implementation()}) on {platform.platform()}",
+        f"python      {platform.python_version()} ({platform.python_implementation()}) on "
+        f"{platform.platform()}",
         f"libcst      {importlib.metadata.version('libcst')}",
         f"cpu_count   {os.cpu_count()}",
-        f"loadavg     {load} (1, 5, 15 min)",
+        f"loadavg     {loads} (1, 5, 15 min) at the start",
     ]
 
 
-def print_table(rows: Sequence[Tuple[str, str]]) -> None:
-    """Print ``(label, value)`` rows as two aligned columns."""
-    width = max(len(label) for label, _ in rows)
-    print(f"{'measure':<{width}}  value")
-    print(f"{'-' * width}  {'-' * 28}")
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The benchmark's options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=300, help="files in the mixed tree")
+    parser.add_argument(
+        "--amp-share", type=float, default=0.1, help="fraction of a tree that are AMP scripts"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per row")
+    parser.add_argument(
+        "--sizes", default="100,1000,3000", help="tree sizes for the growth rows (comma list)"
+    )
+    parser.add_argument(
+        "--parallel-files", type=int, default=120, help="files in the AMP-only -j tree"
+    )
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str]) -> None:
     """Build the trees, take every measure and print the report."""
     options = parse_args(argv)
-    amp_count = round(options.files * options.amp_share)
-    plain_count = options.files - amp_count
     print("roundpipe-migrate benchmark")
     print(f"command     {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(*machine_facts(), sep="\n")
-    with tempfile.TemporaryDirectory(prefix="rp-migrate-bench-") as scratch:
-        mixed = Path(scratch) / "mixed"
-        amp_paths = write_amp_files(mixed, amp_count)
-        all_paths = amp_paths + write_plain_files(mixed, plain_count)
-        amp_only = Path(scratch) / "amp_only"
+    rows: List[Row] = []
+    with tempfile.TemporaryDirectory(prefix="rp-migrate-bench-") as folder:
+        scratch = Path(folder)
+        mixed = scratch / "mixed"
+        amp_paths, all_paths = build_tree(mixed, options.files, options.amp_share)
+        amp_only = scratch / "amp_only"
         write_amp_files(amp_only, options.parallel_files)
-        lines = sum(path.read_text(encoding="utf-8").count("\n") for path in all_paths)
-        print(
-            f"mixed tree  {len(all_paths)} files ({amp_count} AMP, {plain_count} plain), "
-            f"{lines} lines; AMP-only tree {options.parallel_files} files"
-        )
-        print()
-
-        cli_argv = ["--check", "-q", str(mixed)]
-        cli_time, cli_code = median_time(lambda: run_cli_quietly(cli_argv), options.repeats)
-        cst_time, _ = median_time(lambda: bare_libcst(all_paths), options.repeats)
-        amp_sources = [(str(path), path.read_text(encoding="utf-8")) for path in amp_paths]
-        engine_time, _ = median_time(lambda: migrate_texts(amp_sources), options.repeats)
-        wall, codes = {}, {}
-        for processes in (1, 2):
-            command = subprocess_command(amp_only, processes)
-            wall[processes], codes[processes] = median_time(
-                functools.partial(run_subprocess, command), SUBPROCESS_REPEATS
-            )
-
-    ratio = cli_time / cst_time
-    verdict = "meets" if ratio <= 0.5 else "misses"
-    print_table([
-        (f"a. roundpipe-migrate --check -q TREE (in process, exit {cli_code}, expect 1)",
-         f"{cli_time * 1000:9.1f} ms"),
-        ("b. bare libcst: read + parse_module + .code, all files", f"{cst_time * 1000:9.1f} ms"),
-        ("c. ratio a / b (target <= 0.5)", f"{ratio:9.3f}  ({verdict} target)"),
-        (f"d. migrate_source on the {amp_count} AMP files",
-         f"{amp_count / engine_time:9.1f} files/s ({engine_time * 1000:.1f} ms)"),
-        (f"e. -j 1 subprocess, {options.parallel_files} AMP files (exit {codes[1]})",
-         f"{wall[1] * 1000:9.1f} ms"),
-        (f"   -j 2 subprocess, {options.parallel_files} AMP files (exit {codes[2]})",
-         f"{wall[2] * 1000:9.1f} ms"),
-        ("   speed-up -j 2 over -j 1", f"{wall[1] / wall[2]:9.2f} x"),
-    ])
+        print(f"mixed tree  {len(all_paths)} files ({len(amp_paths)} AMP); "
+              f"AMP-only tree {options.parallel_files} files")
+        rows.append(startup_row(scratch, options.rounds))
+        rows.extend(check_rows(mixed, amp_paths, all_paths, options.rounds))
+        for label, tree in [(f"{len(all_paths)}-file tree", mixed),
+                            (f"{options.parallel_files} AMP files", amp_only)]:
+            rows.append(parallel_row(f"-j 2 speed-up, {label}", tree, options.rounds))
+        sizes = [int(size) for size in options.sizes.split(",") if size]
+        rows.extend(growth_rows(scratch, sizes, options.amp_share))
+    width = max(len(row.label) for row in rows)
     print()
-    print(f"a, b, d: median of {options.repeats} after one warm-up; "
-          f"e: median of {SUBPROCESS_REPEATS} after one warm-up")
-    print(f"e command: {' '.join(subprocess_command(Path('AMP_TREE'), 2))} (and -j 1)")
+    for row in rows:
+        print(f"{row.label:<{width}}  {row.text()}")
+    print()
+    print(f"ratios: median of {options.rounds} interleaved rounds after one warm-up each; "
+          "growth rows: one round")
 
 
 if __name__ == "__main__":

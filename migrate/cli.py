@@ -4,131 +4,168 @@
 
     roundpipe-migrate PATH... [-w | -o DIR | --check] [--diff] [--exact]
                       [--report FILE.json] [-j N] [--exclude GLOB] [-q | -v]
+                      [--color auto|always|never]
 
-The tool gathers Python files (a folder is searched for ``*.py``, skipping hidden,
-virtualenv, ``__pycache__`` and ``site-packages`` folders), reads each one exactly
-(UTF-8, line endings kept), hands the ones that mention an AMP marker to the migration
-engine and prints every diagnostic to stderr as ``path:line:col: RPMnnn message``. What
-happens to the migrated text depends on the mode: a unified diff on stdout (the default),
-the file rewritten in place (``-w``), a copy in a mirrored tree (``-o``), nothing but the
-exit status (``--check``), or, for the single PATH ``-``, the text on stdout.
+The tool gathers Python files (:mod:`migrate.files`), checks that each one compiles with
+Python's own compiler, hands the ones that may use AMP (:mod:`migrate.prefilter`) to the
+migration engine and prints every diagnostic to stderr as ``path:line:col: RPMnnn
+message``. What happens to the migrated text depends on the mode: a unified diff on
+stdout (the default), the file rewritten in place (``-w``), a copy in a mirrored tree
+(``-o``), nothing but the names and the exit status (``--check``), or, for the single
+PATH ``-``, the text on stdout.
 
 Exit status: 0 when nothing is left to do, 1 when a file was only partly migrated (or,
 with ``--check``, when a file would change), 2 for usage errors and for files that could
-not be read, parsed or written.
+not be read, parsed or written, 130 when interrupted.
 
 The engine is only used through ``migrate_source(source, path=..., exact=...) ->
-FileResult``, looked up in :data:`ENGINE` once per run. This module imports neither
-torch nor roundpipe.
+FileResult``, imported when the first file needs it (``--help`` and runs on files
+without AMP never load it, nor ``libcst``); :data:`ENGINE` replaces it when set. This
+module imports neither torch nor roundpipe.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import concurrent.futures
 import dataclasses
 import difflib
-import fnmatch
 import functools
 import json
 import os
 import re
 import stat
 import sys
-import tempfile
-from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence
+import threading
+import warnings
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    TextIO,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
-from .diagnostics import Diagnostic, FileResult
-from .engine import migrate_source
-from .prefilter import might_use_amp
+from .diagnostics import Diagnostic, FileResult, Rewrite
+from .files import Job, Refusal, Source, collect_jobs, decode, read_source, save, write_atomically
+from .prefilter import might_use_amp, select_candidates
 
-__all__ = ["ENGINE", "main"]
+__all__ = ["ENGINE", "main", "migrate_text"]
 
 Engine = Callable[..., FileResult]
+T = TypeVar("T")
 
-#: The function that migrates one file's text. Read once per run and handed to the
-#: worker processes, so with ``-j N`` it must be a module-level (picklable) function.
-ENGINE: Engine = migrate_source
+#: The function that migrates one file's text; None for the real engine
+#: (``migrate.engine.migrate_source``). With ``-j N`` it must be a module-level
+#: (picklable) function.
+ENGINE: Optional[Engine] = None
 
 PROG = "roundpipe-migrate"
 STDIN_PATH = "<stdin>"
 STATUSES = ("migrated", "partial", "error", "unchanged")
-COMPILE_FAILURE = "migrated output does not compile; file left unchanged (please report this)"
+INTERRUPTED = 130
+REPORT_VERSION = 2
 
-_SKIPPED_FOLDER_NAMES = frozenset({"venv", "__pycache__", "site-packages"})
+#: Stack of the thread the engine runs on. libcst's native parser recurses once per
+#: nesting level; on the usual 8 MiB stack a deep expression that Python accepts (10,000
+#: chained ``and``) kills the process. Only the pages touched are ever allocated.
+_ENGINE_STACK_BYTES = 512 << 20
+
 _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 _NO_NEWLINE_MARK = "\n\\ No newline at end of file\n"
+_STYLES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
 _EPILOG = """\
 modes:
   default     print a unified diff of every file that would change; write nothing
   -w          rewrite changed files in place, atomically (temporary file, then
-              rename), keeping permission bits and line endings
+              rename), keeping mode, owner, group and line endings; a file with
+              several hard links is rewritten in place so its links stay; a
+              read-only file is reported and left alone
   -o DIR      write the migrated version of every file that changes to DIR, at its
               path relative to the PATH argument it was found under (a file given
               directly lands at DIR/NAME); unchanged files are not copied and the
               originals are never touched
-  --check     write nothing and print no diff; exit 1 if any file would change
+  --check     write nothing, print no diff; name each file that would change and
+              exit 1 if there is one
   PATH '-'    read stdin, write the migrated text to stdout (the diff instead with
               --diff, nothing with --check); must be the only PATH
 
 Folders are searched for *.py in sorted order, skipping hidden folders, virtualenvs
-(venv, any folder holding pyvenv.cfg), __pycache__, site-packages and --exclude matches.
-A file named directly is processed whatever its name.
+(venv, any folder holding pyvenv.cfg), __pycache__, site-packages, symlinks to folders
+and --exclude matches. A file named directly is processed whatever its name. A symlink
+to a file found in a folder is read; -w rewrites its target only when that target lies
+inside a folder PATH. FIFOs, devices and notebooks are reported and never read.
 
-A file that cannot be read, is not UTF-8, does not parse, or whose migrated text would
-not compile is reported and left alone; the other files are still processed.
+Every file is compiled (not run) by Python first: one that does not compile is reported
+(RPM901) whatever it contains. Only files that mention a scaler or apex amp, and the
+given files they import, are handed to the migration engine. A file that cannot be
+read, is not UTF-8 or does not parse is reported and left alone; the other files are
+still processed.
 
 exit status:
-  0  everything found was migrated, or there was nothing to do
-  1  some file was only partly migrated (diagnostics left), or --check found changes
-  2  usage error, or some file could not be read, parsed or written
+  0    everything found was migrated, or there was nothing to do
+  1    some file was only partly migrated (diagnostics left), or --check found changes
+  2    usage error, or some file could not be read, parsed or written
+  130  interrupted (Ctrl-C); the summary line says how far the run got
 """
 
 
 @dataclasses.dataclass(frozen=True)
-class Job:
-    """One file to process.
+class Outcome:
+    """What a worker sends back for one file: the migrated text only if it changed."""
 
-    ``path`` is what is opened and what diagnostics show; ``rel`` is the path relative to
-    the PATH argument it was found under (where ``-o`` puts its copy). ``problem``, when
-    set, says why the file's folder could not be listed; the job then reports RPM902.
-    """
-
-    path: str
-    rel: str
-    problem: Optional[str] = None
+    migrated: Optional[str]
+    rewrites: List[Rewrite]
+    diagnostics: List[Diagnostic]
 
 
 @dataclasses.dataclass
 class Tally:
-    """What the run has seen: files by status, how many changed, the report entries."""
+    """What the run has seen: files by status, how many changed, the report entries.
 
+    ``dry`` (diff and check modes) words the summary as "would migrate"; report
+    entries are only kept when ``report`` is set.
+    """
+
+    dry: bool = False
+    report: bool = False
+    files: int = 0
     statuses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     changed: int = 0
-    entries: List[dict] = dataclasses.field(default_factory=list)
+    entries: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def add(self, result: FileResult) -> None:
         """Count ``result`` (after anything done to it while writing)."""
+        self.files += 1
         self.statuses[result.status] += 1
         self.changed += result.changed
-        self.entries.append(result.to_json())
+        if self.report:
+            self.entries.append({**result.to_json(), "changes": changes(result)})
 
     def summary(self) -> Dict[str, int]:
         """Counts for the report: all files, changed files, and files per status."""
-        counts = {"files": len(self.entries), "changed": self.changed}
+        counts = {"files": self.files, "changed": self.changed}
         counts.update((status, self.statuses[status]) for status in STATUSES)
         return counts
 
-    def summary_line(self) -> str:
+    def summary_line(self, interrupted: bool = False) -> str:
         """The one line printed at the end of a run; its wording is stable."""
-        files, errors = len(self.entries), self.statuses["error"]
-        return (
+        files, errors = self.files, self.statuses["error"]
+        migrated = "would migrate" if self.dry else "migrated"
+        line = (
             f"{PROG}: {files} file{'s' * (files != 1)} checked, "
-            f"{self.statuses['migrated']} migrated, {self.statuses['partial']} partial, "
+            f"{self.statuses['migrated']} {migrated}, {self.statuses['partial']} partial, "
             f"{errors} error{'s' * (errors != 1)}, {self.statuses['unchanged']} unchanged"
         )
+        return line + " (interrupted)" if interrupted else line
 
     def exit_code(self, check: bool) -> int:
         """2 if any file is in error, else 1 if any is partial or (``check``) changed, else 0."""
@@ -139,219 +176,215 @@ class Tally:
         return 0
 
 
-# ----------------------------------------------------------------------------- files
+@dataclasses.dataclass(frozen=True)
+class Palette:
+    """ANSI colours for one stream, or none."""
+
+    enabled: bool
+
+    def paint(self, text: str, style: str) -> str:
+        """``text`` in ``style`` (a key of ``_STYLES``); a trailing line ending stays outside."""
+        if not self.enabled or not text:
+            return text
+        body = text.rstrip("\r\n")
+        return f"\x1b[{_STYLES[style]}m{body}\x1b[0m{text[len(body):]}"
 
 
-def collect_jobs(
-    paths: Sequence[str], excludes: Sequence[str], skip_folders: FrozenSet[str] = frozenset()
-) -> List[Job]:
-    """The files named by ``paths``: in argument order, each folder's files sorted by path.
-
-    A PATH that is not a folder is taken as a file whatever its name (a missing one is
-    reported as unreadable when processed). ``--exclude`` globs and the folder rules only
-    apply below a folder PATH. Folders whose real path is in ``skip_folders`` are not
-    entered. A file reached twice is kept once, at its first place.
-    """
-    jobs: List[Job] = []
-    seen = set()
-    for root in paths:
-        if os.path.isdir(root):
-            found = _walk(root, excludes, skip_folders)
-        else:
-            found = [Job(root, os.path.basename(root))]
-        for job in found:
-            key = os.path.abspath(job.path)
-            if key not in seen:
-                seen.add(key)
-                jobs.append(job)
-    return jobs
-
-
-def _walk(root: str, excludes: Sequence[str], skip_folders: FrozenSet[str]) -> List[Job]:
-    """The ``*.py`` files below folder ``root``, sorted by their path relative to it
-    (compared folder by folder, so ``a/z.py`` comes before ``a.py``).
-
-    A folder that cannot be listed becomes a job carrying the reason, so it is reported.
-    """
-    found: List[Job] = []
-
-    def unlistable(err: OSError) -> None:
-        folder = os.fspath(err.filename)
-        reason = err.strerror or str(err)
-        found.append(Job(os.path.normpath(folder), os.path.relpath(folder, root), reason))
-
-    for folder, subfolders, names in os.walk(root, onerror=unlistable):
-        rel_folder = os.path.relpath(folder, root)
-        subfolders[:] = [
-            name for name in subfolders
-            if not _skip_folder(folder, name, _join_rel(rel_folder, name), excludes, skip_folders)
-        ]
-        for name in names:
-            rel = _join_rel(rel_folder, name)
-            if name.endswith(".py") and not _excluded(rel, name, excludes):
-                found.append(Job(os.path.normpath(os.path.join(folder, name)), rel))
-    found.sort(key=lambda job: job.rel.split(os.sep))
-    return found
-
-
-def _join_rel(rel_folder: str, name: str) -> str:
-    """``name`` inside the folder at relative path ``rel_folder`` (``.`` for the root)."""
-    return name if rel_folder == os.curdir else os.path.join(rel_folder, name)
-
-
-def _excluded(rel: str, name: str, excludes: Sequence[str]) -> bool:
-    """True if an ``--exclude`` glob matches ``rel`` (with ``/`` separators) or ``name``."""
-    posix_rel = rel.replace(os.sep, "/")
-    return any(fnmatch.fnmatch(posix_rel, glob) or fnmatch.fnmatch(name, glob) for glob in excludes)
-
-
-def _skip_folder(
-    parent: str, name: str, rel: str, excludes: Sequence[str], skip_folders: FrozenSet[str]
-) -> bool:
-    """True for a folder not to enter: hidden, ``venv``, ``__pycache__``, ``site-packages``,
-    any folder holding ``pyvenv.cfg`` (a virtualenv), an excluded one, or one in
-    ``skip_folders`` (real paths)."""
-    full = os.path.join(parent, name)
-    return (
-        name.startswith(".")
-        or name in _SKIPPED_FOLDER_NAMES
-        or os.path.exists(os.path.join(full, "pyvenv.cfg"))
-        or _excluded(rel, name, excludes)
-        or (bool(skip_folders) and os.path.realpath(full) in skip_folders)
-    )
-
-
-def read_source(path: str) -> bytes:
-    """The bytes of ``path``; raises OSError when it cannot be read."""
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def write_atomically(target: str, text: str, mode: int) -> None:
-    """Make ``target`` hold exactly ``text`` (UTF-8) with permission bits ``mode``.
-
-    Missing parent folders are created. The text goes to a temporary file next to
-    ``target``, is flushed to disk, then renamed over it: readers see the old file or the
-    new one, never a mix. On any failure ``target`` is left as it was, the temporary file
-    is removed and the exception propagates.
-    """
-    folder = os.path.dirname(target) or os.curdir
-    os.makedirs(folder, exist_ok=True)
-    prefix = f".{os.path.basename(target)}."
-    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
-    try:
-        with open(descriptor, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+def use_color(choice: str, stream: TextIO) -> bool:
+    """``--color`` for ``stream``: ``auto`` colours only a terminal, and only while the
+    ``NO_COLOR`` environment variable is unset or empty."""
+    if choice != "auto":
+        return choice == "always"
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
 
 
 # ------------------------------------------------------------------------- migration
 
 
-def migrate_text(text: str, path: str, engine: Engine, exact: bool) -> FileResult:
-    """Migrate one file's ``text``; never raises.
+def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) -> FileResult:
+    """Check and migrate one file's ``text`` (without its BOM); never raises.
 
-    Text without an AMP marker is returned unchanged without calling the engine. If the
-    engine raises, or its changed text does not compile, the file comes back unchanged
-    with an RPM901 error.
+    Every text is checked with Python's compiler: one that does not compile gives an
+    RPM901 error. The engine runs only when ``look`` is true, on a thread with a large stack. If
+    the input is nested too deeply for it, the file gets RPM901; if the engine raises
+    otherwise, or its changed text does not compile, RPM904 (an internal error); in both
+    cases the file comes back unchanged.
     """
-    if not might_use_amp(text):
-        return FileResult(path, text, text)
+    unchanged = FileResult(path, text, text)
+    problem = _syntax_error(text, path)
+    if problem is not None:
+        return dataclasses.replace(unchanged, diagnostics=[problem])
+    if not look:
+        return unchanged
     try:
-        result = engine(text, path=path, exact=exact)
+        result = _on_deep_stack(functools.partial(engine, text, path=path, exact=exact))
+    except (RecursionError, MemoryError) as err:
+        message = f"nested too deeply for the migration engine ({type(err).__name__}); file skipped"
+        return _left_unchanged(unchanged, "RPM901", message)
     except Exception as err:  # noqa: BLE001 - a bug in one file must not end the run
         message = (
-            f"migration failed ({type(err).__name__}: {err}); "
+            f"internal error: migration failed ({type(err).__name__}: {err}); "
             "file left unchanged (please report this)"
         )
-        return _left_unchanged(FileResult(path, text, text), message)
-    if result.changed and not _compiles(result.migrated, path):
-        return _left_unchanged(result, COMPILE_FAILURE)
+        return _left_unchanged(unchanged, "RPM904", message)
+    if result.changed and _syntax_error(result.migrated, path) is not None:
+        message = (
+            "internal error: the migrated text does not compile; file left unchanged "
+            "(please report this)"
+        )
+        return _left_unchanged(result, "RPM904", message)
     return result
 
 
-def migrate_bytes(data: bytes, path: str, engine: Engine, exact: bool) -> FileResult:
-    """Decode ``data`` as UTF-8, line endings untouched, and migrate it; never raises.
+def _syntax_error(text: str, path: str) -> Optional[Diagnostic]:
+    """An RPM901 diagnostic if Python does not compile ``text``, else None.
 
-    Data that is not UTF-8 gives an RPM903 error at the first bad byte.
+    Compiling to byte code is a little faster than building an ``ast`` tree and also
+    catches what only the compiler checks (``return`` outside a function, a misplaced
+    ``nonlocal``). Its warnings (invalid escape sequences, ...) are not this tool's to show.
     """
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line_start = data.rfind(b"\n", 0, err.start) + 1
-        line, col = data.count(b"\n", 0, err.start) + 1, err.start - line_start + 1
-        message = f"file is not UTF-8 ({err.reason}); file skipped"
-        return _not_processed(Diagnostic(path, line, col, "RPM903", message))
-    return migrate_text(text, path, engine, exact)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as err:
+        line, col = err.lineno or 1, err.offset or 1
+        message = f"syntax error, file skipped: {err.msg}"
+        return Diagnostic(path, line, max(col, 1), "RPM901", message)
+    except (ValueError, RecursionError, MemoryError) as err:  # NUL bytes, deep nesting
+        reason = str(err) or type(err).__name__
+        return Diagnostic(path, 1, 1, "RPM901", f"syntax error, file skipped: {reason}")
+    return None
 
 
-def migrate_job(job: Job, engine: Engine, exact: bool) -> FileResult:
-    """Read and migrate one file; never raises (runs in the worker processes).
+def _on_deep_stack(function: Callable[[], T]) -> T:
+    """``function()`` run on a fresh thread with a ``_ENGINE_STACK_BYTES`` stack (on this
+    thread where no such thread can be started)."""
+    box: List[Tuple[bool, object]] = []
 
-    A file that cannot be read gives an RPM902 error at 1:1.
-    """
-    problem = job.problem
-    if problem is None:
+    def target() -> None:
         try:
-            data = read_source(job.path)
-        except OSError as err:
-            problem = err.strerror or str(err)
-        else:
-            return migrate_bytes(data, job.path, engine, exact)
-    message = f"file could not be read: {problem}"
-    return _not_processed(Diagnostic(job.path, 1, 1, "RPM902", message))
+            box.append((True, function()))
+        except BaseException as err:  # noqa: BLE001 - handed to the calling thread
+            box.append((False, err))
 
-
-def migrate_stdin(engine: Engine, exact: bool) -> FileResult:
-    """Read all of stdin and migrate it as ``<stdin>`` (see :func:`migrate_bytes`)."""
-    buffer = getattr(sys.stdin, "buffer", None)
-    if buffer is None:  # stdin replaced by a text stream: it is already decoded
-        return migrate_text(sys.stdin.read(), STDIN_PATH, engine, exact)
-    return migrate_bytes(buffer.read(), STDIN_PATH, engine, exact)
-
-
-def run_jobs(
-    jobs: Sequence[Job], worker: Callable[[Job], FileResult], processes: int
-) -> Iterator[FileResult]:
-    """``worker``'s result for each job, in job order: computed in this process when
-    ``processes`` is 1, else in that many worker processes (``worker`` must pickle)."""
-    if processes == 1 or len(jobs) < 2:
-        yield from map(worker, jobs)
-        return
-    processes = min(processes, len(jobs))
-    with concurrent.futures.ProcessPoolExecutor(max_workers=processes) as pool:
-        yield from pool.map(worker, jobs, chunksize=max(1, len(jobs) // (4 * processes)))
-
-
-def _compiles(text: str, path: str) -> bool:
-    """True if Python accepts ``text`` as a module (a leading BOM is ignored, as for files)."""
     try:
-        compile(text[1:] if text.startswith("\ufeff") else text, path, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError):
-        return False
-    return True
+        previous = threading.stack_size(_ENGINE_STACK_BYTES)
+    except (ValueError, RuntimeError):  # a platform that does not let us choose
+        return function()
+    try:
+        thread = threading.Thread(target=target, name="roundpipe-migrate-engine", daemon=True)
+        thread.start()
+    except RuntimeError:  # no room for such a stack (ulimit -v): use this thread's
+        return function()
+    finally:
+        threading.stack_size(previous)
+    thread.join()
+    done, value = box[0]
+    if not done:
+        assert isinstance(value, BaseException)
+        raise value
+    return value  # type: ignore[return-value]
 
 
-def _not_processed(error: Diagnostic) -> FileResult:
-    """The result for a file that could not be processed: no text, just ``error``."""
-    return FileResult(error.path, "", "", diagnostics=[error])
-
-
-def _left_unchanged(result: FileResult, message: str) -> FileResult:
-    """``result`` with its changes dropped and an RPM901 error ``message`` at 1:1 added."""
-    error = Diagnostic(result.path, 1, 1, "RPM901", message)
+def _left_unchanged(result: FileResult, code: str, message: str) -> FileResult:
+    """``result`` with its changes dropped and an error ``code`` ``message`` at 1:1 added."""
+    error = Diagnostic(result.path, 1, 1, code, message)
     return dataclasses.replace(
         result, migrated=result.original, rewrites=[], diagnostics=[*result.diagnostics, error]
     )
+
+
+def _refused(path: str, refusal: Refusal) -> FileResult:
+    """The result for a file that was not processed: no text, just the refusal."""
+    error = Diagnostic(path, refusal.line, refusal.col, refusal.code, refusal.message)
+    return FileResult(path, "", "", diagnostics=[error])
+
+
+def load(job: Job) -> Union[Source, FileResult]:
+    """The decoded text of ``job``'s file, or the error result when it has none."""
+    if job.problem is not None:
+        return _refused(job.path, Refusal("RPM902", f"file could not be read: {job.problem}"))
+    data = read_source(job.path)
+    if isinstance(data, Refusal):
+        return _refused(job.path, data)
+    source = decode(data)
+    return _refused(job.path, source) if isinstance(source, Refusal) else source
+
+
+def read_stdin() -> Union[Source, FileResult]:
+    """All of stdin, decoded like a file (see :func:`migrate.files.decode`)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # stdin replaced by a text stream: it is already decoded
+        return Source(sys.stdin.read())
+    source = decode(buffer.read())
+    return _refused(STDIN_PATH, source) if isinstance(source, Refusal) else source
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One file for a worker: its text, and whether the engine must look at it."""
+
+    path: str
+    text: str
+    look: bool
+
+
+def process(task: Task, engine: Engine, exact: bool) -> Outcome:
+    """Run :func:`migrate_text` on ``task`` and keep what the parent does not have."""
+    result = migrate_text(task.text, task.path, engine, exact, task.look)
+    migrated = result.migrated if result.changed else None
+    return Outcome(migrated, result.rewrites, result.diagnostics)
+
+
+def migrate_all(
+    jobs: Sequence[Job], engine: Engine, exact: bool, processes: int
+) -> Iterator[Tuple[Optional[Source], FileResult]]:
+    """Each job's source (None when it could not be loaded) and result, in job order.
+
+    All files are read and prefiltered here; with ``processes`` > 1 the parsing and the
+    migration run in that many worker processes, costly files first.
+    """
+    loaded = [load(job) for job in jobs]
+    present = [(job, item) for job, item in zip(jobs, loaded) if isinstance(item, Source)]
+    look = select_candidates([job.path for job, _ in present], [item.text for _, item in present])
+    tasks = [Task(job.path, item.text, chosen) for (job, item), chosen in zip(present, look)]
+    worker = functools.partial(process, engine=engine, exact=exact)
+    if processes > 1 and sum(task.look for task in tasks) > 1:
+        from .pool import run_in_workers
+
+        if engine is real_engine:  # forked workers inherit it instead of each importing it
+            from . import engine as _  # noqa: F401
+
+        costly = [task.look for task in tasks]
+        outcomes = run_in_workers(tasks, costly, worker, processes, lost=_lost_in_a_worker)
+    else:
+        outcomes = map(worker, tasks)
+    for job, item in zip(jobs, loaded):
+        if isinstance(item, Source):
+            outcome = next(outcomes)
+            migrated = item.text if outcome.migrated is None else outcome.migrated
+            diagnostics = outcome.diagnostics
+            yield item, FileResult(job.path, item.text, migrated, outcome.rewrites, diagnostics)
+        else:
+            yield None, item
+
+
+def _lost_in_a_worker(task: Task) -> Outcome:
+    """The outcome of a task whose worker process died before sending it back."""
+    message = (
+        "internal error: a worker process died while this file was being migrated or "
+        "waiting for it; file left unchanged (please report this)"
+    )
+    return Outcome(None, [], [Diagnostic(task.path, 1, 1, "RPM904", message)])
+
+
+def real_engine(source: str, path: str = STDIN_PATH, exact: bool = False) -> FileResult:
+    """``migrate.engine.migrate_source``, imported on the first call (not at start-up)."""
+    from .engine import migrate_source
+
+    return migrate_source(source, path=path, exact=exact)
 
 
 # ---------------------------------------------------------------------------- output
@@ -370,6 +403,44 @@ def unified_diff(result: FileResult) -> str:
     return "".join(line if line.endswith("\n") else line + _NO_NEWLINE_MARK for line in lines)
 
 
+def changes(result: FileResult) -> List[Dict[str, Any]]:
+    """The changed regions of ``result`` for the report, each labelled with its line
+    numbers in the original and in the new text (``start`` is 1-based; a ``count`` of 0
+    is an empty range placed before line ``start``, as in a unified diff hunk)."""
+    if not result.changed:
+        return []
+    old, new = _LINE.findall(result.original), _LINE.findall(result.migrated)
+    kinds = {"replace": "replaced", "delete": "removed", "insert": "inserted"}
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    return [
+        {
+            "kind": kinds[tag],
+            "original": {"start": i1 + 1, "count": i2 - i1},
+            "new": {"start": j1 + 1, "count": j2 - j1},
+            "source": "diff",
+        }
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+def color_diff(diff: str, palette: Palette) -> str:
+    """``diff`` with headers bold, hunk lines cyan, added lines green, removed ones red."""
+    if not palette.enabled:
+        return diff
+    painted = []
+    for line in _LINE.findall(diff):
+        if line.startswith(("---", "+++")):
+            painted.append(palette.paint(line, "bold"))
+        elif line.startswith("@@"):
+            painted.append(palette.paint(line, "cyan"))
+        elif line.startswith(("+", "-")):
+            painted.append(palette.paint(line, "green" if line[0] == "+" else "red"))
+        else:
+            painted.append(line)
+    return "".join(painted)
+
+
 def emit(text: str) -> None:
     """Write ``text`` to stdout as UTF-8 with its line endings untouched."""
     sys.stdout.flush()
@@ -381,51 +452,100 @@ def emit(text: str) -> None:
     buffer.flush()
 
 
-def deliver(job: Job, result: FileResult, options: argparse.Namespace) -> FileResult:
+def format_diagnostic(diagnostic: Diagnostic, palette: Palette) -> str:
+    """``path:line:col: CODE message`` with the location bold and the code coloured by
+    kind (red: not processed, yellow: left with a diagnostic, cyan: information)."""
+    location = f"{diagnostic.path}:{diagnostic.line}:{diagnostic.col}:"
+    style = "red" if diagnostic.is_error else "cyan" if diagnostic.is_info else "yellow"
+    return (
+        f"{palette.paint(location, 'bold')} {palette.paint(diagnostic.code, style)} "
+        f"{diagnostic.message}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The options of one run, as :func:`deliver` and :func:`show` need them."""
+
+    options: argparse.Namespace
+    roots: FrozenSet[str]
+    out: Palette
+    err: Palette
+
+
+def deliver(job: Job, source: Optional[Source], result: FileResult, run: Run) -> FileResult:
     """Put the migrated text where the mode says and return the final result.
 
     For ``-`` the text goes to stdout (unless ``--diff`` or ``--check``). With ``-w`` or
-    ``-o`` a changed file that is not in error is written atomically, with the source's
-    permission bits; if that fails, nothing is half-written and the result gains an
-    RPM902 error.
+    ``-o`` a changed file that is not in error is written (:func:`migrate.files.save`,
+    :func:`migrate.files.write_atomically`), its BOM kept; if that is refused or fails,
+    nothing is half-written and the result gains an RPM902 error.
     """
+    options = run.options
+    text = source.restore(result.migrated) if source is not None else result.migrated
     if options.stdin:
         if not (options.diff or options.check):
-            emit(result.migrated)
+            emit(text)
         return result
     if not (options.write or options.output) or not result.changed or result.status == "error":
         return result
     target = os.path.realpath(job.path) if options.write else os.path.join(options.output, job.rel)
     try:
-        write_atomically(target, result.migrated, stat.S_IMODE(os.stat(job.path).st_mode))
+        if options.write:
+            refusal = save(job.path, text, job.in_folder, run.roots)
+        else:
+            write_atomically(target, text, stat.S_IMODE(os.stat(job.path).st_mode))
+            refusal = None
     except OSError as err:
-        message = (
-            f"migrated text could not be written to {target} ({err.strerror or err}); "
-            "file left unchanged"
-        )
-        error = Diagnostic(result.path, 1, 1, "RPM902", message)
-        return dataclasses.replace(result, diagnostics=[*result.diagnostics, error])
-    return result
+        refusal = Refusal("RPM902", f"migrated text could not be written to {target} "
+                          f"({err.strerror or err}); file left unchanged")
+    if refusal is None:
+        return result
+    error = Diagnostic(result.path, refusal.line, refusal.col, refusal.code, refusal.message)
+    return dataclasses.replace(result, diagnostics=[*result.diagnostics, error])
 
 
-def show(result: FileResult, options: argparse.Namespace) -> None:
+def show(result: FileResult, run: Run) -> None:
     """Print ``result``: its diagnostics to stderr (info ones not with ``-q``), its diff
-    to stdout when the mode shows diffs, and with ``-v`` its status to stderr."""
+    to stdout when the mode shows diffs, with ``--check`` the name of a file that would
+    change, and with ``-v`` its status to stderr."""
+    options = run.options
     for diagnostic in result.diagnostics:
         if not (options.quiet and diagnostic.is_info):
-            print(diagnostic.format(), file=sys.stderr)
+            print(format_diagnostic(diagnostic, run.err), file=sys.stderr)
     if options.show_diff and result.changed:
-        emit(unified_diff(result))
+        emit(color_diff(unified_diff(result), run.out))
+    if options.check and result.changed and not options.quiet:
+        print(f"would migrate {run.err.paint(result.path, 'bold')}", file=sys.stderr)
     if options.verbose:
-        print(f"{result.path}: {result.status}", file=sys.stderr)
+        status = "would migrate" if options.dry and result.status == "migrated" else result.status
+        print(f"{result.path}: {status}", file=sys.stderr)
 
 
-def write_report(path: str, tally: Tally) -> None:
-    """Write the JSON report (version 1) of ``tally`` to ``path``; raises OSError."""
-    report = {"version": 1, "files": tally.entries, "summary": tally.summary()}
+def write_report(path: str, tally: Tally, options: argparse.Namespace) -> None:
+    """Write the JSON report of ``tally`` to ``path``; raises OSError.
+
+    Besides the files and the summary it records the mode (``diff``, ``check``,
+    ``write``, ``output`` or ``stdout``) and where migrated text went (``output``: the
+    ``-o`` folder, ``"in place"``, ``"stdout"``, or null when nothing was written).
+    """
+    report = {
+        "version": REPORT_VERSION,
+        "mode": options.mode,
+        "output": _output_location(options),
+        "files": tally.entries,
+        "summary": tally.summary(),
+    }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2)
         handle.write("\n")
+
+
+def _output_location(options: argparse.Namespace) -> Optional[str]:
+    """Where the migrated text of this run went (see :func:`write_report`)."""
+    if options.mode == "output":
+        return os.path.abspath(str(options.output))
+    return {"write": "in place", "stdout": "stdout"}.get(str(options.mode))
 
 
 # ---------------------------------------------------------------------- command line
@@ -451,7 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="write changed files to DIR, mirroring their paths; originals untouched",
     )
     mode.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 if any file would change"
+        "--check", action="store_true",
+        help="write nothing; name each file that would change and exit 1 if any would",
     )
     parser.add_argument(
         "--diff", action="store_true", help="print the diff also with -w, -o or --check"
@@ -462,7 +583,8 @@ def build_parser() -> argparse.ArgumentParser:
         "script reproduces the original's numbers",
     )
     parser.add_argument(
-        "--report", metavar="FILE.json", help="write a JSON report of every file processed"
+        "--report", metavar="FILE.json",
+        help="write a JSON report: the mode, where output went, every file and every change",
     )
     parser.add_argument(
         "-j", "--jobs", type=_positive_int, default=1, metavar="N",
@@ -473,9 +595,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip files and folders below a folder PATH whose relative path or name "
         "matches GLOB (repeatable)",
     )
+    parser.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour diagnostics and diffs (default auto: only on a terminal, and not "
+        "when NO_COLOR is set)",
+    )
     talk = parser.add_mutually_exclusive_group()
     talk.add_argument(
-        "-q", "--quiet", action="store_true", help="no summary line, no info (RPM3xx) diagnostics"
+        "-q", "--quiet", action="store_true",
+        help="no summary line, no info (RPM3xx) diagnostics, no --check file names",
     )
     talk.add_argument(
         "-v", "--verbose", action="store_true", help="also print each file's status"
@@ -484,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    """Parse and check ``argv``; adds ``stdin`` and ``show_diff`` to the options.
+    """Parse and check ``argv``; adds ``stdin``, ``mode``, ``dry`` and ``show_diff``.
 
     Raises SystemExit (2 for a usage error, 0 after ``--help``) as argparse does.
     """
@@ -495,8 +623,18 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error("'-' (stdin) must be the only PATH")
     if options.stdin and (options.write or options.output):
         parser.error("'-' (stdin) cannot be combined with -w or -o")
-    writes_elsewhere = options.stdin or options.write or options.output or options.check
-    options.show_diff = options.diff or not writes_elsewhere
+    if options.check:
+        options.mode = "check"
+    elif options.write:
+        options.mode = "write"
+    elif options.output:
+        options.mode = "output"
+    elif options.stdin and not options.diff:
+        options.mode = "stdout"
+    else:
+        options.mode = "diff"
+    options.dry = options.mode in ("check", "diff")
+    options.show_diff = options.diff or options.mode == "diff"
     return options
 
 
@@ -525,38 +663,64 @@ def _mirror_problem(jobs: Sequence[Job], output: str) -> Optional[str]:
     return None
 
 
+def _stdin_results(engine: Engine, exact: bool) -> Iterator[Tuple[Optional[Source], FileResult]]:
+    source = read_stdin()
+    if isinstance(source, FileResult):
+        yield None, source
+    else:
+        look = might_use_amp(source.text)
+        yield source, migrate_text(source.text, STDIN_PATH, engine, exact, look)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``roundpipe-migrate`` on ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     try:
         options = parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed by argparse
         return int(exc.code or 0)
-    engine = ENGINE
+    run = Run(
+        options,
+        frozenset(os.path.realpath(path) for path in options.paths if os.path.isdir(path)),
+        Palette(use_color(options.color, sys.stdout)),
+        Palette(use_color(options.color, sys.stderr)),
+    )
+    tally = Tally(dry=options.dry, report=bool(options.report))
+    try:
+        code = _run(run, tally)
+    except KeyboardInterrupt:
+        print(tally.summary_line(interrupted=True), file=sys.stderr)
+        return INTERRUPTED
+    if not options.quiet and code is not None:
+        print(run.err.paint(tally.summary_line(), "bold"), file=sys.stderr)
+    return 2 if code is None else code
+
+
+def _run(run: Run, tally: Tally) -> Optional[int]:
+    """Process every file of the run into ``tally``; the exit status, or None after a
+    usage error (already printed)."""
+    options = run.options
+    engine = real_engine if ENGINE is None else ENGINE
     if options.stdin:
         jobs = [Job(STDIN_PATH, STDIN_PATH)]
-        results: Iterator[FileResult] = iter([migrate_stdin(engine, options.exact)])
+        results = _stdin_results(engine, options.exact)
     else:
         skip = frozenset([os.path.realpath(options.output)]) if options.output else frozenset()
         jobs = collect_jobs(options.paths, options.exclude, skip)
         problem = _mirror_problem(jobs, options.output) if options.output else None
         if problem is not None:
             print(f"{PROG}: error: {problem}", file=sys.stderr)
-            return 2
-        worker = functools.partial(migrate_job, engine=engine, exact=options.exact)
-        results = run_jobs(jobs, worker, options.jobs)
-    tally = Tally()
-    for job, result in zip(jobs, results):
-        result = deliver(job, result, options)
-        show(result, options)
+            return None
+        results = migrate_all(jobs, engine, options.exact, options.jobs)
+    for job, (source, result) in zip(jobs, results):
+        result = deliver(job, source, result, run)
+        show(result, run)
         tally.add(result)
     code = tally.exit_code(options.check)
     if options.report:
         try:
-            write_report(options.report, tally)
+            write_report(options.report, tally, options)
         except OSError as err:
             reason = f"report could not be written to {options.report}: {err}"
             print(f"{PROG}: error: {reason}", file=sys.stderr)
             code = 2
-    if not options.quiet:
-        print(tally.summary_line(), file=sys.stderr)
     return code

@@ -107,6 +107,14 @@ _CODES: Tuple[Code, ...] = (
     Code("RPM901", "syntax-error", "syntax error", "the file does not parse", "-", "-", "fix the file"),
     Code("RPM902", "io-error", "file could not be read or written", "-", "-", "-", "check permissions"),
     Code("RPM903", "not-utf8", "file is not UTF-8", "-", "-", "-", "re-encode it"),
+    Code("RPM904", "engine-crashed", "internal error in roundpipe-migrate (please report it)",
+         "the engine raised, or a `-j` worker died (native crash, out of memory), on this file",
+         "a bug or a limit of the parser; the file is left unchanged and the run goes on", "-",
+         "please report it with the file"),
+    Code("RPM905", "not-a-python-file", "not a regular Python file; skipped unread",
+         "a FIFO, device or other non-regular file, or a notebook (`.ipynb`) given by name",
+         "reading it could hang, and notebooks are not supported", "-",
+         "give the `.py` files; export a notebook to a script first"),
 )
 
 #: code -> its documentation

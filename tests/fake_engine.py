@@ -9,6 +9,10 @@ unpickle them. ``fake_migrate`` follows simple text rules:
 * ``NOTE``: an RPM301 info diagnostic (does not change the status).
 """
 
+import os
+import signal
+import time
+
 from migrate.diagnostics import CODES, Diagnostic, FileResult, Rewrite
 
 
@@ -30,6 +34,39 @@ def uncompilable_migrate(source: str, path: str = "<stdin>", exact: bool = False
     return FileResult(path=path, original=source, migrated=source + "def (:\n")
 
 
+def misplaced_return_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Return a "migration" that parses but does not compile (``return`` at module level)."""
+    return FileResult(path=path, original=source, migrated=source + "return 1\n")
+
+
 def crashing_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
     """Break the engine's promise never to raise."""
     raise RuntimeError("engine bug")
+
+
+def rewriting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """Drop the first line and turn ``y = 2`` into two lines (for the report's changes)."""
+    migrated = source.split("\n", 1)[1].replace("y = 2\n", "y = 2  # one\ny2 = 2\n")
+    return FileResult(path=path, original=source, migrated=migrated)
+
+
+def noting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """``fake_migrate`` that also leaves an RPM301 note saying the engine saw the file."""
+    result = fake_migrate(source, path, exact)
+    result.diagnostics.append(Diagnostic(path, 1, 1, "RPM301", "seen by the engine"))
+    return result
+
+
+def dying_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """``fake_migrate``, except that a source containing ``DIE`` kills the process at once,
+    as a crash in native code or the OOM killer would."""
+    if "DIE" in source:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fake_migrate(source, path, exact)
+
+
+def waiting_migrate(source: str, path: str = "<stdin>", exact: bool = False) -> FileResult:
+    """``fake_migrate`` after 0.4 s of sleep: costly without using the CPU, so two workers
+    overlap however busy the machine is."""
+    time.sleep(0.4)
+    return fake_migrate(source, path, exact)

@@ -13,16 +13,19 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from fake_engine import (
+    crashing_migrate,
+    fake_migrate,
+    misplaced_return_migrate,
+    rewriting_migrate,
+    uncompilable_migrate,
+)
+from migrate_cli_support import AMP, REPO, SUBPROCESS_ENV, run
 
-from fake_engine import crashing_migrate, fake_migrate, uncompilable_migrate
 from migrate import cli
 
-REPO = Path(__file__).resolve().parents[1]
-SUBPROCESS_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-AMP = "from torch.amp import GradScaler\nscaler = GradScaler()\n"
 MIGRATED = AMP + "# migrated\n"
 PARTIAL = AMP + "m = DataParallel(m)\n"
 NOTED = AMP + "# NOTE\n"
@@ -37,17 +40,12 @@ def fake(monkeypatch):
     monkeypatch.setattr(cli, "ENGINE", fake_migrate)
 
 
-def run(capsys, *argv):
-    """Run the tool in-process; return (exit status, stdout, stderr)."""
-    code = cli.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def summary(files, migrated, partial, errors, unchanged):
-    """The summary line the tool prints for these counts."""
+def summary(files, migrated, partial, errors, unchanged, dry=True):
+    """The summary line the tool prints for these counts: in the modes that write nothing
+    (``dry``), changed files "would migrate"."""
+    done = "would migrate" if dry else "migrated"
     return (
-        f"roundpipe-migrate: {files} file{'s' * (files != 1)} checked, {migrated} migrated, "
+        f"roundpipe-migrate: {files} file{'s' * (files != 1)} checked, {migrated} {done}, "
         f"{partial} partial, {errors} error{'s' * (errors != 1)}, {unchanged} unchanged"
     )
 
@@ -173,10 +171,17 @@ def test_diff_marks_a_missing_final_newline(tmp_path, capsys, fake):
     ]
 
 
-def test_check_exits_1_on_changes_and_writes_nothing(tmp_path, capsys, fake):
-    make(tmp_path, {"a.py": AMP, "b.py": PLAIN})
+def test_check_names_each_file_that_would_change_exits_1_and_writes_nothing(
+    tmp_path, capsys, fake
+):
+    make(tmp_path, {"a.py": AMP, "b.py": PLAIN, "c.py": AMP})
     before = snapshot(tmp_path)
-    assert run(capsys, "--check", tmp_path) == (1, "", summary(2, 1, 0, 0, 1) + "\n")
+    assert run(capsys, "--check", tmp_path) == (1, "", "\n".join([
+        f"would migrate {tmp_path / 'a.py'}",
+        f"would migrate {tmp_path / 'c.py'}",
+        summary(3, 2, 0, 0, 1),
+    ]) + "\n")
+    assert run(capsys, "-q", "--check", tmp_path) == (1, "", "")
     assert snapshot(tmp_path) == before
     assert run(capsys, "--check", tmp_path / "b.py")[0] == 0
     code, out, _ = run(capsys, "--check", "--diff", tmp_path)
@@ -231,18 +236,19 @@ def test_write_failure_leaves_the_original_intact(tmp_path, capsys, fake, monkey
     assert err.splitlines() == [
         f"{tmp_path / 'a.py'}:1:1: RPM902 migrated text could not be written to "
         f"{tmp_path / 'a.py'} (No space left on device); file left unchanged",
-        summary(2, 1, 0, 1, 0),
+        summary(2, 1, 0, 1, 0, dry=False),
     ]
 
 
-def test_uncompilable_output_is_never_written(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "ENGINE", uncompilable_migrate)
+@pytest.mark.parametrize("engine", [uncompilable_migrate, misplaced_return_migrate])
+def test_uncompilable_output_is_never_written(tmp_path, capsys, monkeypatch, engine):
+    monkeypatch.setattr(cli, "ENGINE", engine)
     make(tmp_path, {"a.py": AMP})
     code, out, err = run(capsys, "-w", "--report", tmp_path / "r.json", tmp_path / "a.py")
     assert (code, out) == (2, "")
     assert (tmp_path / "a.py").read_text() == AMP
     assert err.splitlines()[0] == (
-        f"{tmp_path / 'a.py'}:1:1: RPM901 migrated output does not compile; "
+        f"{tmp_path / 'a.py'}:1:1: RPM904 internal error: the migrated text does not compile; "
         "file left unchanged (please report this)"
     )
     assert json.loads((tmp_path / "r.json").read_text())["files"][0]["changed"] is False
@@ -254,7 +260,8 @@ def test_an_engine_crash_is_an_error_for_that_file_only(tmp_path, capsys, monkey
     code, _, err = run(capsys, tmp_path)
     assert code == 2
     assert err.splitlines() == [
-        f"{tmp_path / 'a.py'}:1:1: RPM901 migration failed (RuntimeError: engine bug); "
+        f"{tmp_path / 'a.py'}:1:1: RPM904 internal error: migration failed "
+        "(RuntimeError: engine bug); "
         "file left unchanged (please report this)",
         summary(2, 0, 0, 1, 1),
     ]
@@ -302,12 +309,12 @@ def test_stdin_to_stdout_keeps_bytes_exact(capsysbinary, monkeypatch, fake):
     assert cli.main(["-"]) == 0
     captured = capsysbinary.readouterr()
     assert captured.out == source + b"# migrated\n"
-    assert captured.err == (summary(1, 1, 0, 0, 0) + "\n").encode()
+    assert captured.err == (summary(1, 1, 0, 0, 0, dry=False) + "\n").encode()
 
 
 def test_stdin_replaced_by_a_text_stream(capsys, monkeypatch, fake):
     monkeypatch.setattr(sys, "stdin", io.StringIO(AMP))
-    assert run(capsys, "-") == (0, MIGRATED, summary(1, 1, 0, 0, 0) + "\n")
+    assert run(capsys, "-") == (0, MIGRATED, summary(1, 1, 0, 0, 0, dry=False) + "\n")
 
 
 def test_stdin_diff_diagnostics_and_exit_status(capsysbinary, monkeypatch, fake):
@@ -342,7 +349,7 @@ def test_partial_exits_1_and_info_does_not(tmp_path, capsys, fake):
         f"{tmp_path / 'dp.py'}:1:1: {RPM101_TEXT}",
         f"{tmp_path / 'dp.py'}: partial",
         f"{tmp_path / 'note.py'}:1:1: RPM301 a note on the migrated code",
-        f"{tmp_path / 'note.py'}: migrated",
+        f"{tmp_path / 'note.py'}: would migrate",
         summary(2, 1, 1, 0, 0),
     ]
     assert run(capsys, tmp_path / "note.py")[0] == 0
@@ -372,14 +379,14 @@ def test_not_utf8_points_at_the_first_bad_byte(tmp_path, capsys):
 
 def test_unreadable_and_non_utf8_files_do_not_stop_the_run(tmp_path, capsys, fake, monkeypatch):
     make(tmp_path, {"a.py": AMP, "b_locked.py": AMP, "c_latin.py": LATIN1, "d.py": AMP})
-    real_read = cli.read_source
+    real_open = os.open
 
-    def read_source(path):
-        if path.endswith("b_locked.py"):
+    def locked_open(path, *args, **kwargs):
+        if os.fspath(path).endswith("b_locked.py"):
             raise PermissionError(13, "Permission denied", path)
-        return real_read(path)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(cli, "read_source", read_source)
+    monkeypatch.setattr(os, "open", locked_open)
     code, out, err = run(capsys, tmp_path, tmp_path / "missing.py")
     assert code == 2
     assert out.count("+# migrated") == 2
@@ -469,7 +476,9 @@ def test_two_thousand_files_are_quick(tmp_path, capsys, fake):
     start = time.monotonic()
     code, out, err = run(capsys, "--check", tmp_path)
     assert time.monotonic() - start < 10
-    assert (code, out, err) == (1, "", summary(2000, 20, 0, 0, 1980) + "\n")
+    assert (code, out) == (1, "")
+    assert err.splitlines()[-1] == summary(2000, 20, 0, 0, 1980)
+    assert err.count("would migrate /") == 20
 
 
 # ----------------------------------------------------------------- report and -j
@@ -481,7 +490,7 @@ def test_report_contents(tmp_path, capsys, fake):
     report.parent.mkdir()
     assert run(capsys, "--report", report, tmp_path)[0] == 2
     data = json.loads(report.read_text())
-    assert data["version"] == 1
+    assert (data["version"], data["mode"], data["output"]) == (2, "diff", None)
     assert data["summary"] == {
         "files": 4, "changed": 2, "migrated": 1, "partial": 1, "error": 1, "unchanged": 1
     }
@@ -489,13 +498,49 @@ def test_report_contents(tmp_path, capsys, fake):
     assert a == {
         "path": str(tmp_path / "a.py"), "status": "migrated", "changed": True,
         "rewrites": [{"line": 1, "description": "marked as migrated"}], "diagnostics": [],
+        "changes": [{
+            "kind": "inserted", "original": {"start": 3, "count": 0},
+            "new": {"start": 3, "count": 1}, "source": "diff",
+        }],
     }
     assert b == {
         "path": str(tmp_path / "b.py"), "status": "unchanged", "changed": False,
-        "rewrites": [], "diagnostics": [],
+        "rewrites": [], "diagnostics": [], "changes": [],
     }
     assert (c["status"], c["changed"], c["diagnostics"][0]["code"]) == ("partial", True, "RPM101")
     assert (d["status"], d["changed"], d["diagnostics"][0]["code"]) == ("error", False, "RPM903")
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode", "output"),
+    [
+        (["--check"], "check", None),
+        (["-w"], "write", "in place"),
+        (["-o", "{tmp}/mirror"], "output", "{tmp}/mirror"),
+    ],
+)
+def test_report_records_the_mode_and_where_output_went(tmp_path, capsys, fake, flags, mode, output):
+    make(tmp_path, {"src/a.py": AMP})
+    report = tmp_path / "r.json"
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    run(capsys, "--report", report, *flags, tmp_path / "src")
+    data = json.loads(report.read_text())
+    assert (data["mode"], data["output"]) == (mode, output and output.format(tmp=tmp_path))
+
+
+def test_report_labels_replaced_and_removed_lines_with_both_numberings(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(cli, "ENGINE", rewriting_migrate)
+    make(tmp_path, {"a.py": "import torch\nscaler = GradScaler()\nx = 1\ny = 2\nz = 3\n"})
+    report = tmp_path / "r.json"
+    run(capsys, "--report", report, tmp_path / "a.py")
+    assert json.loads(report.read_text())["files"][0]["changes"] == [
+        {"kind": "removed", "original": {"start": 1, "count": 1},
+         "new": {"start": 1, "count": 0}, "source": "diff"},
+        {"kind": "replaced", "original": {"start": 4, "count": 1},
+         "new": {"start": 3, "count": 2}, "source": "diff"},
+    ]
 
 
 def test_report_that_cannot_be_written_exits_2(tmp_path, capsys, fake):
