@@ -125,6 +125,7 @@ class Outcome:
     migrated: Optional[str]
     rewrites: List[Rewrite]
     diagnostics: List[Diagnostic]
+    wrapped_models: List[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -335,7 +336,7 @@ def process(task: Task, engine: Engine, exact: bool) -> Outcome:
     """Run :func:`migrate_text` on ``task`` and keep what the parent does not have."""
     result = migrate_text(task.text, task.path, engine, exact, task.look)
     migrated = result.migrated if result.changed else None
-    return Outcome(migrated, result.rewrites, result.diagnostics)
+    return Outcome(migrated, result.rewrites, result.diagnostics, result.wrapped_models)
 
 
 def migrate_all(
@@ -344,7 +345,9 @@ def migrate_all(
     """Each job's source (None when it could not be loaded) and result, in job order.
 
     All files are read and prefiltered here; with ``processes`` > 1 the parsing and the
-    migration run in that many worker processes, costly files first.
+    migration run in that many worker processes, costly files first. The files handed to
+    the engine are one project: once every result is in, :func:`migrate.project.reconcile`
+    keeps them consistent (no file changed while a file of the same program is refused).
     """
     loaded = [load(job) for job in jobs]
     present = [(job, item) for job, item in zip(jobs, loaded) if isinstance(item, Source)]
@@ -361,14 +364,24 @@ def migrate_all(
         outcomes = run_in_workers(tasks, costly, worker, processes, lost=_lost_in_a_worker)
     else:
         outcomes = map(worker, tasks)
+    results = {}
+    for task, outcome in zip(tasks, outcomes):
+        migrated = task.text if outcome.migrated is None else outcome.migrated
+        results[task.path] = FileResult(task.path, task.text, migrated, outcome.rewrites,
+                                        outcome.diagnostics, outcome.wrapped_models)
+    _reconcile([task for task in tasks if task.look], results)
     for job, item in zip(jobs, loaded):
-        if isinstance(item, Source):
-            outcome = next(outcomes)
-            migrated = item.text if outcome.migrated is None else outcome.migrated
-            diagnostics = outcome.diagnostics
-            yield item, FileResult(job.path, item.text, migrated, outcome.rewrites, diagnostics)
-        else:
-            yield None, item
+        yield (item, results[job.path]) if isinstance(item, Source) else (None, item)
+
+
+def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult]) -> None:
+    """The project rules over the files the engine saw (a single file has no neighbours)."""
+    if len(looked_at) < 2:
+        return
+    from .project import project_view, reconcile
+
+    files = project_view({task.path: task.text for task in looked_at})
+    reconcile(files, {path: results[path] for path in files})
 
 
 def _lost_in_a_worker(task: Task) -> Outcome:
@@ -384,7 +397,7 @@ def real_engine(source: str, path: str = STDIN_PATH, exact: bool = False) -> Fil
     """``migrate.engine.migrate_source``, imported on the first call (not at start-up)."""
     from .engine import migrate_source
 
-    return migrate_source(source, path=path, exact=exact)
+    return migrate_source(source, path=path, exact=exact, force=True)  # the CLI chose this file
 
 
 # ---------------------------------------------------------------------------- output

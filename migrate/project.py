@@ -29,7 +29,7 @@ from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
 from .prefilter import might_use_amp
 
-__all__ = ["migrate_project", "project_view", "ProjectFile", "ImportEdge"]
+__all__ = ["migrate_project", "project_view", "reconcile", "ProjectFile", "ImportEdge"]
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,21 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
         else:
             results[path] = migrate_source(project_file.source, path, exact=exact,
                                            force=path in imported_by_amp and path not in amp)
+    reconcile(files, results)
+    return results
+
+
+def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+    """Apply the project rules to per-file ``results`` (keyed like ``files``), in place.
+
+    The per-file results may come from anywhere (worker processes included); afterwards no
+    result holds a change while a file of the same program is refused, a wrapped model
+    handed to another file's function refuses its file, and users of a project loss-scaler
+    wrapper are named.
+    """
     _refuse_models_handed_across(files, results)
     _name_wrapper_users(files, results)
     _keep_components_consistent(files, results)
-    return results
 
 
 # ---------------------------------------------------------------- parsing and imports
@@ -209,7 +220,7 @@ def _callee(node: ast.Call, imported: Dict[str, Tuple[str, int]]) -> Optional[Tu
     return None
 
 
-def _refuse_models_handed_across(files: Dict[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
     """A wrapped model passed to a function of another given file: what that function does
     with it (checkpoint keys, evaluation, another trainer) is not followed across files."""
     for path, result in results.items():
@@ -233,7 +244,7 @@ def _refuse_models_handed_across(files: Dict[str, ProjectFile], results: Dict[st
                 break
 
 
-def _wrapper_classes(files: Dict[str, ProjectFile]) -> Dict[Tuple[str, str], int]:
+def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], int]:
     """(file, class name) -> line for classes that scale a loss and call backward (a
     loss-scaler wrapper such as timm's ``NativeScaler``)."""
     found: Dict[Tuple[str, str], int] = {}
@@ -248,7 +259,7 @@ def _wrapper_classes(files: Dict[str, ProjectFile]) -> Dict[Tuple[str, str], int
     return found
 
 
-def _name_wrapper_users(files: Dict[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _name_wrapper_users(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
     """A file using a loss-scaler wrapper of another given file is migrated or named."""
     wrappers = _wrapper_classes(files)
     if not wrappers:
@@ -267,7 +278,7 @@ def _name_wrapper_users(files: Dict[str, ProjectFile], results: Dict[str, FileRe
                 break
 
 
-def _keep_components_consistent(files: Dict[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _keep_components_consistent(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
     """Files that take part (changed, or reported) and import each other are migrated
     together or not at all."""
     taking_part = {p for p, r in results.items() if r.changed or any(not d.is_info for d in r.diagnostics)}
@@ -293,11 +304,10 @@ def _keep_components_consistent(files: Dict[str, ProjectFile], results: Dict[str
                 seen.add(other)
                 queue.append(other)
         blockers = [(p, d) for p in sorted(component) for d in results[p].diagnostics if not d.is_info]
-        if not blockers:
-            continue
-        blocking_path, blocker = blockers[0]
         for path in component:
-            if results[path].changed:
+            elsewhere = [(p, d) for p, d in blockers if p != path]
+            if results[path].changed and elsewhere:
+                blocking_path, blocker = elsewhere[0]
                 _refuse(results[path], _line_towards(path, component, lines), (
                     f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not "
                     "migrated and this file takes part in the same training program"))

@@ -385,7 +385,8 @@ def test_sigint_ends_a_parallel_run_with_a_summary_and_exit_130(tmp_path):
     assert not any(map(_alive, workers))
 
 
-def test_sigint_in_process_ends_with_a_summary_and_exit_130(tmp_path, capsys, monkeypatch):
+def test_sigint_in_process_ends_with_a_summary_and_exit_130_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """The files are one project: nothing is shown or written before all were analysed."""
     (tmp_path / "a.py").write_text(AMP)
     (tmp_path / "b.py").write_text(AMP)
 
@@ -395,10 +396,11 @@ def test_sigint_in_process_ends_with_a_summary_and_exit_130(tmp_path, capsys, mo
         return fake_migrate(source, path, exact)
 
     monkeypatch.setattr(cli, "ENGINE", interrupted)
-    code, out, err = run(capsys, tmp_path)
-    assert code == 130 and "+# migrated" in out
+    code, out, err = run(capsys, "-w", tmp_path)
+    assert code == 130 and out == ""
+    assert (tmp_path / "a.py").read_text() == AMP
     assert err == (
-        "roundpipe-migrate: 1 file checked, 1 would migrate, 0 partial, 0 errors, 0 unchanged "
+        "roundpipe-migrate: 0 files checked, 0 migrated, 0 partial, 0 errors, 0 unchanged "
         "(interrupted)\n"
     )
 

@@ -148,3 +148,18 @@ def test_mutated_projects_compile_stay_consistent_and_are_idempotent(case):
             assert result.migrated == sources[name]
     again = migrate_project({p: r.migrated for p, r in results.items()})
     assert all(again[p].migrated == results[p].migrated for p in results)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_the_command_line_applies_the_project_rule_with_and_without_workers(tmp_path, jobs):
+    """roundpipe-migrate -w on the checkpoint_refused project writes nothing: train.py would
+    migrate alone, but checkpoint.py (which it imports) is refused, so both stay as they were."""
+    import shutil
+
+    from migrate.cli import main
+
+    project = tmp_path / "project"
+    shutil.copytree(PROJECTS / "checkpoint_refused", project)
+    before = {p.name: p.read_bytes() for p in project.glob("*.py")}
+    assert main(["-w", "-j", jobs, "-q", str(project)]) == 1
+    assert {p.name: p.read_bytes() for p in project.glob("*.py")} == before
