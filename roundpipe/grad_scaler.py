@@ -3,8 +3,10 @@
 Threads (see ``docs/gradscaler.md``):
 
 * The **main thread** (any thread other than the optimizer thread) calls ``scale()`` and
-  ``update()``; ``unscale_()`` and ``step()`` called there are queued on the optimizer thread
-  and waited for, so they run after every optimizer job queued before them.
+  ``update()``; ``unscale_()`` and ``step()`` called there run as the next optimizer job and
+  are waited for (:func:`roundpipe.optim_stream.call`), so they run after every optimizer job
+  queued before them: inline on the calling thread when the optimizer thread is idle with
+  nothing queued (a plain loop never hops threads), else queued there.
 * On the **optimizer thread** (inside a job of :mod:`roundpipe.optim_stream`, e.g. a RoundPipe
   step function) ``unscale_()`` and ``step()`` run inline; ``update()`` is refused.
 
@@ -247,10 +249,11 @@ class GradScaler:
 
     @staticmethod
     def _run_on_optimizer_thread(reason: str, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` inline on the optimizer thread, or queue it there and wait."""
+        """Inside an optimizer job: ``fn(*args)``. Elsewhere: run it as the next optimizer
+        job (inline when the stream is idle), wait, and return None."""
         if optim_stream.on_optim_stream():
             return fn(*args)
-        optim_stream.launch(fn, *args).wait(reason)
+        optim_stream.call(fn, *args, reason=reason)
         return None
 
     # ------------------------------------------------------------------------ scale()
@@ -334,8 +337,9 @@ class GradScaler:
         """Divide ``optimizer``'s gradients by this iteration's scale, in place.
 
         Optional: call it between backward and ``step`` to clip or inspect unscaled grads.
-        On the optimizer thread it runs inline; from another thread it is queued on the
-        optimizer thread (after all queued work) and waited for. Grads are grouped by
+        Inside an optimizer job it runs there; from another thread it runs as the next
+        optimizer job (after all queued work; on the calling thread when nothing is queued)
+        and is waited for. Grads are grouped by
         (device, dtype), one fused kernel per group, no host sync. fp16 grads raise
         ``ValueError`` before any grad changes; bf16/fp32/fp64 and sparse grads are accepted.
 
@@ -365,9 +369,10 @@ class GradScaler:
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Optional[Any]:
         """Unscale (if not done yet), then ``optimizer.step(*args, **kwargs)`` unless inf/NaN.
 
-        On the optimizer thread it runs inline and returns the optimizer's return value (None
-        for a skipped step); from another thread it is queued on the optimizer thread, waited
-        for, and returns None. One host read of found_inf per device, on the thread that
+        Inside an optimizer job it runs there and returns the optimizer's return value (None
+        for a skipped step); from another thread it runs as the next optimizer job (after all
+        queued work; on the calling thread when nothing is queued), is waited for, and
+        returns None. One host read of found_inf per device, on the thread that
         runs the step. Optimizers with ``_step_supports_amp_scaling`` (torch's fused
         optimizers) get torch's protocol: ``grad_scale``/``found_inf`` attributes and no host
         sync. Disabled: returns ``optimizer.step(*args, **kwargs)`` directly.
