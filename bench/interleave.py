@@ -29,6 +29,12 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def voluntary_switches() -> int:
+    """Voluntary context switches of this process so far: a thread that blocks (a hop to
+    another thread and back) adds at least one, whatever the load."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
 def timed(fn: Callable[[], None]) -> float:
     """Seconds one call of ``fn`` takes."""
     start = time.perf_counter()

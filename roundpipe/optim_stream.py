@@ -450,17 +450,22 @@ def on_optim_stream() -> bool:
 
 def current_job() -> Optional[Job]:
     """The job running on the calling thread, or None off the optimizer thread."""
-    return _STREAM.current_job() if _STREAM is not None else None
+    stream = _STREAM  # read once: these three run several times per training iteration
+    if stream is None or stream._running is None:  # no job anywhere: not in one
+        return None
+    return stream.current_job()
 
 
 def launched_seq() -> int:
     """Sequence number of the newest launched job (0 before any launch)."""
-    return _STREAM.launched_seq() if _STREAM is not None else 0
+    stream = _STREAM
+    return stream._launched if stream is not None else 0
 
 
 def waited_seq() -> int:
     """Highest sequence number any waiter has waited for (the waited watermark)."""
-    return _STREAM.waited_seq() if _STREAM is not None else 0
+    stream = _STREAM
+    return stream._waited if stream is not None else 0
 
 
 def faulted_between(low: int, high: int) -> bool:
