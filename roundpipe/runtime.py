@@ -20,7 +20,7 @@ from torch import nn
 
 from . import optim_stream
 from .microbatch import merge_outputs, split_inputs, split_label, to_device
-from .optimizer_copies import OptimizerCopies
+from .optimizer_copies import HandedGrads, OptimizerCopies
 from .optimizer_ctx import OptimizerCtx, optimizer_ctx_active
 from .run_config import RoundPipeRunConfig, resolve
 
@@ -121,6 +121,7 @@ class RoundPipe(nn.Module):
         self._original_model: Optional[nn.Module] = None
         self._copies = OptimizerCopies(model, optim_dtype)
         self._last_step: Optional[optim_stream.Job] = None
+        self._grads_in_step: HandedGrads = {}  # handed to the last asynchronous step
         model.register_load_state_dict_post_hook(self._weights_loaded)
         self._roundpipe_ready = True
 
@@ -274,7 +275,10 @@ class RoundPipe(nn.Module):
         3. Move the model's gradients onto the copies' ``.grad`` (cast to ``optim_dtype``).
         4. Queue ``step_fn(*args, **kwargs)`` on the optimizer thread, with
            :class:`OptimizerCtx` active there.
-        5. Not ``is_async``: wait for it and copy the new weights into the model.
+        5. Not ``is_async``: wait for it and copy the new weights into the model. (A step
+           that is waited for at once runs on the calling thread when no optimizer work is
+           queued, as :func:`roundpipe.optim_stream.call` describes; ``step_fn`` sees the
+           same job context either way.)
 
         Raises ``TypeError`` for a non-callable ``step_fn`` or a non-bool ``is_async`` (the
         classic slip ``model.step(fn, optimizer)``: pass step arguments after ``is_async``
@@ -296,11 +300,21 @@ class RoundPipe(nn.Module):
             )
         if is_async:
             self._copies.copy_to_model()
-        self._copies.hand_over_grads()
-        self._last_step = optim_stream.launch(_run_step_fn, step_fn, args, kwargs)
-        if not is_async:
-            self._wait_for_optimizer("RoundPipe.step(is_async=False)")
+        handed = self._copies.hand_over_grads()
+        if is_async:
+            self._last_step = optim_stream.launch(_run_step_fn, step_fn, args, kwargs)
+            # The previous step has finished (waited for above): its gradient buffers can
+            # serve the next backward while this step uses the ones just handed over.
+            handed, self._grads_in_step = self._grads_in_step, handed
+        else:
+            # Waited for at once, so it runs on this thread when the optimizer thread is
+            # idle: no hand-off, and the gradients it frees go back to this thread's memory.
+            self._last_step = None
+            optim_stream.call(
+                _run_step_fn, step_fn, args, kwargs, reason="RoundPipe.step(is_async=False)"
+            )
             self._copies.copy_to_model()
+        self._copies.hand_back_grads(handed)
 
     def synchronize(self) -> None:
         """Wait for the optimizer and copy its newest weights into the model.

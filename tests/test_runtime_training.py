@@ -385,3 +385,42 @@ def test_backward_runs_outside_the_callers_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model.forward_backward((x,), label=y, loss_fn=lambda o, l: loss_of(Probe.apply(o), l))
     assert Probe.seen == [False]
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_gradient_buffers_come_back_zeroed_and_serve_every_iteration(is_async):
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    seen = []
+    for k, (x, y) in enumerate(make_data(6)):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        seen.append(frozenset(p.grad.data_ptr() for p in model.model.parameters()))
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+        if k >= 1 or not is_async:  # async: the previous step's buffers come back
+            grads = [p.grad for p in model.model.parameters()]
+            assert all(g is not None and torch.count_nonzero(g) == 0 for g in grads)
+            assert frozenset(g.data_ptr() for g in grads) in seen
+            del grads  # a reference kept here would (rightly) stop the hand-back
+    model.synchronize()
+    assert len(set(seen[2:])) == (2 if is_async else 1)  # async: one set per step in flight
+
+
+def test_a_gradient_the_step_function_keeps_is_not_handed_back():
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    kept = []
+    x, y = make_data(1)[0]
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    expected = [p.grad.clone() for p in model.model.parameters()]
+
+    def step_fn():
+        for c in model.optim_parameters():  # aliases of the memory, not the tensors
+            g = c.grad
+            kept.append(torch.empty(0).set_(g.untyped_storage(), 0, (g.numel(),), (1,)))
+            del g
+        opt.step()
+        opt.zero_grad()
+
+    model.step(step_fn, is_async=False)
+    assert all(p.grad is None for p in model.model.parameters())
+    assert _bitwise([k.view_as(e) for k, e in zip(kept, expected)], expected)
