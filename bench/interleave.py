@@ -42,6 +42,18 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+def timed_both(fn: Callable[[], None], cpu: List[float]) -> float:
+    """Wall seconds of one call of ``fn``; its CPU seconds on this thread go to ``cpu``.
+
+    Thread CPU time leaves out the time other processes took the core, so on a loaded
+    machine it is the steadier measure, valid when all the work runs on this thread.
+    """
+    wall, thread = time.perf_counter(), time.thread_time()
+    fn()
+    cpu.append(time.thread_time() - thread)
+    return time.perf_counter() - wall
+
+
 def rounds(cases: Dict[str, Case], count: int) -> Dict[str, List[float]]:
     """Run ``count`` rounds of every case, order alternating; seconds per case per round."""
     names = list(cases)
