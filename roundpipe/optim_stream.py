@@ -26,6 +26,8 @@ Contracts:
   counts as waited for, is recorded if it raises, and sees :func:`on_optim_stream` and
   :func:`current_job` as a queued job would; the worker starts no other job meanwhile.
   Otherwise the call is queued and waited for. Either way the order of work is the same.
+  Ctrl-C during an inline call interrupts the work itself, as in a plain loop (the
+  traceback shows where), and the call counts as failed.
 * **CUDA.** When CUDA is initialised at launch, the job is ordered after the launching
   thread's current stream with an event and runs on a dedicated optimizer stream of that
   device; a waiter's current stream then waits for the job's completion event. No host-side
