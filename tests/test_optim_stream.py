@@ -169,3 +169,21 @@ def test_inside_an_inline_call_waits_and_launches_are_refused_like_on_the_worker
         return "ok"
 
     assert optim_stream.call(nested) == "ok"
+
+
+def test_ctrl_c_during_an_inline_call_interrupts_it_and_counts_as_a_fault():
+    optim_stream.synchronize()
+    reached = []
+
+    def interrupted():
+        _thread.interrupt_main()
+        for _ in range(500):  # the interrupt lands in here
+            time.sleep(0.01)
+        reached.append("end")
+
+    with pytest.raises(KeyboardInterrupt):
+        optim_stream.call(interrupted)
+    seq = optim_stream.launched_seq()
+    assert reached == [] and optim_stream.faulted_between(seq - 1, seq)
+    assert not optim_stream.on_optim_stream()
+    assert optim_stream.call(lambda: 3) == 3
