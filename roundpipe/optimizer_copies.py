@@ -36,6 +36,9 @@ class OptimizerCopies:
         self._copy_of: Optional[Dict[nn.Parameter, nn.Parameter]] = None
         self._pairs: List[Tuple[nn.Parameter, nn.Parameter]] = []
         self._names: List[str] = []  # the module's name for each pair's parameter
+        # Buffers given back by hand_back_grads, with their version counter at that moment:
+        # one still at that version received no gradient since.
+        self._returned: Dict[nn.Parameter, Tuple[torch.Tensor, int]] = {}
 
     @property
     def created(self) -> bool:
@@ -69,7 +72,9 @@ class OptimizerCopies:
 
         A copy without a gradient takes the model's gradient (by reference when dtype and
         device match, else cast to ``optim_dtype``); a copy that still has one (the step
-        function did not zero it) has the model's gradient added to it.
+        function did not zero it) has the model's gradient added to it. A buffer given back
+        by :meth:`hand_back_grads` that no backward (or in-place write) has touched since
+        counts as no gradient: it stays on the model and its copy gets none.
 
         Returns the gradients moved by reference, for :meth:`hand_back_grads` once the
         step that uses them has finished.
@@ -79,8 +84,8 @@ class OptimizerCopies:
         with torch.no_grad():
             for param in self._module.parameters():
                 grad = param.grad
-                if grad is None:
-                    continue
+                if grad is None or self._untouched_since_returned(param, grad):
+                    continue  # no gradient arrived: the copy gets none, as with None
                 copy = copy_of.get(param)
                 if copy is None:
                     raise RuntimeError(
@@ -117,6 +122,16 @@ class OptimizerCopies:
                 param, grad = handed.popitem()
                 if param.grad is None and param in self._copy_of and _unshared(grad):
                     param.grad = grad.zero_()
+                    self._returned[param] = (grad, grad._version)
+
+    def _untouched_since_returned(self, param: nn.Parameter, grad: torch.Tensor) -> bool:
+        returned = self._returned.get(param)
+        if returned is None or returned[0] is not grad:
+            return False
+        if grad._version == returned[1]:
+            return True
+        del self._returned[param]
+        return False
 
     def copy_to_model(self) -> None:
         """Write the copies' values into the model's parameters (cast to the model dtype)."""

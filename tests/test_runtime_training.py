@@ -424,3 +424,48 @@ def test_a_gradient_the_step_function_keeps_is_not_handed_back():
     model.step(step_fn, is_async=False)
     assert all(p.grad is None for p in model.model.parameters())
     assert _bitwise([k.view_as(e) for k, e in zip(kept, expected)], expected)
+
+
+class _TwoBranches(torch.nn.Module):
+    """Uses branch ``a``, or ``b`` when ``use_b`` is set: the other gets no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+        self.use_b = False
+
+    def forward(self, x):
+        return self.b(x) if self.use_b else self.a(x)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_branch_that_gets_no_gradient_is_not_stepped_after_buffers_come_back(is_async):
+    net = _TwoBranches()
+    model = RoundPipe(net)
+    opt = torch.optim.Adam(model.optim_parameters(), lr=0.1)
+    copies = dict(model.optim_named_parameters())
+    b_copies = [c for name, c in copies.items() if ".b." in name]
+    initial = [c.detach().clone() for c in b_copies]
+    for x, y in make_data(4):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+    model.synchronize()
+    assert all(c not in opt.state for c in b_copies)  # Adam never saw a gradient for b
+    assert _bitwise([c.detach() for c in b_copies], initial)
+
+
+def test_a_branch_used_once_steps_exactly_as_in_the_plain_loop():
+    data = make_data(4)
+    net, ref = _TwoBranches(), _TwoBranches()
+    model = RoundPipe(net)
+    opt = torch.optim.Adam(model.optim_parameters(), lr=0.1)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.1)
+    for k, (x, y) in enumerate(data):
+        net.use_b = ref.use_b = k == 1
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+        loss_of(ref(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    assert _bitwise([p.detach() for p in net.parameters()], [p.detach() for p in ref.parameters()])
