@@ -1,116 +1,190 @@
-"""Benchmark: RoundPipe's asynchronous step vs its synchronous step vs a plain torch loop.
+"""Benchmark: RoundPipe's synchronous and asynchronous steps against a plain torch loop.
 
-    python bench/runtime.py [--width 1024] [--batch 64] [--iterations 60] [--threads N]
+    python bench/runtime.py [--rounds 7] [--threads 1] [--iterations 20]
 
-Part 1: a wide MLP trained with Adam, sized so the optimizer step takes about as long as
-forward + backward; iterations per second for the plain loop, RoundPipe with
-``step(..., is_async=False)`` and RoundPipe's default asynchronous step, side by side.
-Part 2: per-iteration overhead of the runtime on a tiny model (microseconds).
+Rows (ratios measured inside each of ``--rounds`` interleaved rounds; median and spread):
+
+* sync mode: ``step(..., is_async=False)`` / the plain loop, on a 1M-parameter MLP
+  (4 x Linear(500, 500), batch 64) trained with ``roundpipe.optim.Adam``; target <= 1.05.
+  Minor page faults per iteration of each loop are printed with it (load-independent).
+* async overlap: sync / async on a 4.2M-parameter MLP (4 x Linear(1024, 1024), batch 64),
+  sized so the Adam step takes about as long as forward + backward, against the ideal
+  ``(forward+backward + step) / max(forward+backward, step)`` from phase times measured in
+  the same rounds, and against what two plain threads reach on the machine at that moment
+  (forward+backward and an Adam step side by side, no RoundPipe); target >= 1.7 with one
+  intra-op thread.
+* the runtime's fixed cost per iteration on a tiny model (``Linear(8, 1)``).
+
 Not part of the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import time
+import threading
+from typing import Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
 
 import roundpipe
+from interleave import load, minor_faults, ratio, ratio_row, rounds, timed
 from roundpipe import RoundPipe
+
+Batches = List[Tuple[torch.Tensor, torch.Tensor]]
 
 
 def mlp(width: int, depth: int = 4) -> torch.nn.Module:
     torch.manual_seed(0)
-    layers = []
+    layers: List[torch.nn.Module] = []
     for _ in range(depth):
         layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
 
 
-def data(width: int, batch: int, count: int):
+def data(width: int, batch: int, count: int) -> Batches:
     gen = torch.Generator().manual_seed(1)
     return [(torch.randn(batch, width, generator=gen), torch.randn(batch, 1, generator=gen)) for _ in range(count)]
 
 
-def plain(net, batches):
+def plain(net: torch.nn.Module, batches: Batches) -> Callable[[], None]:
     opt = roundpipe.optim.Adam(net.parameters(), lr=1e-4)
-    start = time.perf_counter()
-    for x, y in batches:
-        F.mse_loss(net(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-    return time.perf_counter() - start
+
+    def run() -> None:
+        for x, y in batches:
+            F.mse_loss(net(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+    return run
 
 
-def with_roundpipe(net, batches, is_async: bool):
+def with_roundpipe(net: torch.nn.Module, batches: Batches, is_async: bool) -> Callable[[], None]:
     model = RoundPipe(net)
     opt = roundpipe.optim.Adam(model.optim_parameters(), lr=1e-4)
-    step_fn = lambda: (opt.step(), opt.zero_grad())
-    start = time.perf_counter()
-    for x, y in batches:
-        model.forward_backward((x,), label=y, loss_fn=F.mse_loss)
-        model.step(step_fn, is_async=is_async)
-    model.synchronize()
-    return time.perf_counter() - start
 
-
-def phase_times(net, batches):
-    """Seconds of forward+backward and of one Adam step, measured separately."""
-    opt = roundpipe.optim.Adam(net.parameters(), lr=1e-4)
-    fb, st = [], []
-    for x, y in batches:
-        t0 = time.perf_counter()
-        F.mse_loss(net(x), y).backward()
-        t1 = time.perf_counter()
+    def step_fn() -> None:
         opt.step()
         opt.zero_grad()
-        st.append(time.perf_counter() - t1)
-        fb.append(t1 - t0)
-    return statistics.median(fb), statistics.median(st)
+
+    def run() -> None:
+        for x, y in batches:
+            model.forward_backward((x,), label=y, loss_fn=F.mse_loss)
+            model.step(step_fn, is_async=is_async)
+        model.synchronize()
+
+    return run
+
+
+def phases(net: torch.nn.Module, batches: Batches) -> Tuple[Callable[[], float], Callable[[], float]]:
+    """Cases timing forward+backward alone and the Adam step alone, over ``batches``."""
+    opt = roundpipe.optim.Adam(net.parameters(), lr=1e-4)
+
+    def forward_backward() -> float:
+        total = 0.0
+        for x, y in batches:
+            total += timed(lambda: F.mse_loss(net(x), y).backward())
+            opt.zero_grad(set_to_none=False)
+        return total
+
+    def step() -> float:
+        return timed(lambda: [opt.step() for _ in batches])
+
+    F.mse_loss(net(batches[0][0]), batches[0][1]).backward()  # grads for the step case
+    return forward_backward, step
+
+
+def two_threads(width: int, batches: Batches) -> Callable[[], float]:
+    """The overlap this machine allows without RoundPipe: forward+backward of each batch on
+    this thread while a plain ``threading.Thread`` runs one Adam step of a second, identical
+    model, side by side."""
+    net, stepped = mlp(width), mlp(width)
+    opt = roundpipe.optim.Adam(stepped.parameters(), lr=1e-4)
+    F.mse_loss(stepped(batches[0][0]), batches[0][1]).backward()
+
+    def run() -> None:
+        for x, y in batches:
+            stepper = threading.Thread(target=opt.step)
+            stepper.start()
+            F.mse_loss(net(x), y).backward()
+            net.zero_grad(set_to_none=False)
+            stepper.join()
+
+    return lambda: timed(run)
+
+
+def loops(width: int, batch: int, iterations: int) -> Dict[str, Callable[[], None]]:
+    batches = data(width, batch, iterations)
+    made = {
+        "plain": plain(mlp(width), batches),
+        "sync": with_roundpipe(mlp(width), batches, is_async=False),
+        "async": with_roundpipe(mlp(width), batches, is_async=True),
+    }
+    for run in made.values():
+        run()  # warm up: optimizer state, lazy copies, allocator
+    return made
+
+
+def faults_per_iteration(run: Callable[[], None], iterations: int) -> float:
+    before = minor_faults()
+    run()
+    return (minor_faults() - before) / iterations
+
+
+def sync_row(count: int, iterations: int) -> None:
+    made = loops(500, 64, iterations)
+    params = sum(p.numel() for p in mlp(500).parameters())
+    seconds = rounds({name: lambda r=run: timed(r) for name, run in made.items()}, count)
+    per_it = {name: statistics.median(v) / iterations * 1e3 for name, v in seconds.items()}
+    faults = {name: faults_per_iteration(run, iterations) for name, run in made.items()}
+    print(f"MLP 4x500 ({params:,} params), batch 64, {iterations} iterations a round: plain "
+          f"{per_it['plain']:.2f} ms, sync {per_it['sync']:.2f} ms, async {per_it['async']:.2f} ms per iteration")
+    print(ratio_row("sync mode / plain loop (1M params)", ratio(seconds, "sync", "plain"), "<= 1.05"))
+    print("    minor page faults per iteration: " + ", ".join(f"{n} {f:.1f}" for n, f in faults.items()))
+
+
+def overlap_row(count: int, iterations: int) -> None:
+    made = loops(1024, 64, iterations)
+    fb, st = phases(mlp(1024), data(1024, 64, iterations))
+    cases: Dict[str, Callable[[], float]] = {"sync": lambda: timed(made["sync"]), "async": lambda: timed(made["async"])}
+    cases["forward_backward"] = fb
+    cases["step"] = st
+    cases["two threads"] = two_threads(1024, data(1024, 64, iterations))
+    seconds = rounds(cases, count)
+    ideal = [(f + s) / max(f, s) for f, s in zip(seconds["forward_backward"], seconds["step"])]
+    machine = [(f + s) / t for f, s, t in zip(seconds["forward_backward"], seconds["step"], seconds["two threads"])]
+    fb_ms = statistics.median(seconds["forward_backward"]) / iterations * 1e3
+    st_ms = statistics.median(seconds["step"]) / iterations * 1e3
+    print(f"MLP 4x1024 (4.2M params), batch 64: forward+backward {fb_ms:.1f} ms, Adam step {st_ms:.1f} ms; "
+          f"ideal overlap {statistics.median(ideal):.2f}x (spread {min(ideal):.2f}–{max(ideal):.2f})")
+    print(ratio_row("async overlap: sync / async", ratio(seconds, "sync", "async"), ">= 1.7"))
+    print(f"    overlap of two plain threads (fb + step) / side by side: {statistics.median(machine):.2f}x "
+          f"(spread {min(machine):.2f}–{max(machine):.2f}); what this machine allows now")
+
+
+def tiny_row(count: int, iterations: int = 500) -> None:
+    made = loops(8, 4, iterations)
+    seconds = rounds({name: lambda r=run: timed(r) for name, run in made.items()}, count)
+    per_it = {name: statistics.median(v) / iterations * 1e6 for name, v in seconds.items()}
+    print(f"tiny MLP (width 8), per iteration: plain {per_it['plain']:.0f} us, sync {per_it['sync']:.0f} us "
+          f"(+{per_it['sync'] - per_it['plain']:.0f}), async {per_it['async']:.0f} us "
+          f"(+{per_it['async'] - per_it['plain']:.0f})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--iterations", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--iterations", type=int, default=20, help="iterations a round")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, loadavg {os.getloadavg()}")
-
-    batches = data(args.width, args.batch, args.iterations)
-    fb, st = phase_times(mlp(args.width), batches[:10])
-    params = sum(p.numel() for p in mlp(args.width).parameters())
-    print(f"MLP width {args.width}, {params:,} params, batch {args.batch}: "
-          f"forward+backward {fb * 1e3:.1f} ms, Adam step {st * 1e3:.1f} ms")
-    times = {"plain": [], "sync": [], "async": []}
-    for _ in range(args.rounds):  # interleaved so drift hits every case alike
-        times["plain"].append(plain(mlp(args.width), batches))
-        times["sync"].append(with_roundpipe(mlp(args.width), batches, is_async=False))
-        times["async"].append(with_roundpipe(mlp(args.width), batches, is_async=True))
-    rate = {k: args.iterations / statistics.median(v) for k, v in times.items()}
-    for name, label in (("plain", "plain torch loop"), ("sync", "RoundPipe, is_async=False"),
-                        ("async", "RoundPipe, async (default)")):
-        print(f"  {label:<28} {rate[name]:7.2f} it/s")
-    print(f"  async speed-up over sync:    {rate['async'] / rate['sync']:.2f}x")
-    print(f"  async speed-up over plain:   {rate['async'] / rate['plain']:.2f}x")
-
-    tiny = data(8, 4, 2000)
-    plain_s = plain(torch.nn.Linear(8, 1), tiny)
-    sync_s = with_roundpipe(torch.nn.Linear(8, 1), tiny, is_async=False)
-    async_s = with_roundpipe(torch.nn.Linear(8, 1), tiny, is_async=True)
-    print("tiny model (Linear(8, 1)), per iteration over 2000 iterations:")
-    print(f"  plain torch loop {plain_s / 2000 * 1e6:7.1f} us; RoundPipe sync {sync_s / 2000 * 1e6:7.1f} us "
-          f"(+{(sync_s - plain_s) / 2000 * 1e6:.1f}); async {async_s / 2000 * 1e6:7.1f} us "
-          f"(+{(async_s - plain_s) / 2000 * 1e6:.1f})")
-    print(f"loadavg at end {os.getloadavg()}")
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
+          f"{args.rounds} interleaved rounds; {load()}")
+    sync_row(args.rounds, args.iterations)
+    overlap_row(args.rounds, args.iterations)
+    tiny_row(args.rounds)
+    print(f"at the end: {load()}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Threads (see ``docs/gradscaler.md``):
 
 * The **main thread** (any thread other than the optimizer thread) calls ``scale()`` and
-  ``update()``; ``unscale_()`` and ``step()`` called there are queued on the optimizer thread
-  and waited for, so they run after every optimizer job queued before them.
+  ``update()``; ``unscale_()`` and ``step()`` called there run as the next optimizer job and
+  are waited for (:func:`roundpipe.optim_stream.call`), so they run after every optimizer job
+  queued before them: inline on the calling thread when the optimizer thread is idle with
+  nothing queued (a plain loop never hops threads), else queued there.
 * On the **optimizer thread** (inside a job of :mod:`roundpipe.optim_stream`, e.g. a RoundPipe
   step function) ``unscale_()`` and ``step()`` run inline; ``update()`` is refused.
 
@@ -58,6 +60,17 @@ def _fresh_optimizer_state() -> Dict[str, Any]:
     return {"stage": OptState.READY, "found_inf_per_device": {}}
 
 
+class _OptimizerStates(dict):
+    """``{id(optimizer): state}`` that gives an unseen optimizer a fresh READY state, as
+    torch's ``defaultdict(_refresh_per_optimizer_state)`` does (and cheaper to create)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: int) -> Dict[str, Any]:
+        state = self[key] = _fresh_optimizer_state()
+        return state
+
+
 class _Iteration:
     """One iteration's record: its scale, its optimizer results, its place in the job order.
 
@@ -65,43 +78,46 @@ class _Iteration:
     (``end_seq`` is None while the iteration is current). Thread contract: the main thread
     creates and ends records; the optimizer thread writes ``states``/``settings`` of the
     record its running job belongs to; the main thread reads them only after waiting.
+
+    ``scale`` may be the scaler's live scale tensor itself: the scaler replaces its own
+    tensor by a copy before changing it while a record that could still be read shares it.
+
+    One record is made per iteration, so only what differs from the class defaults below
+    is set on the instance.
     """
 
-    __slots__ = (
-        "start_seq",
-        "end_seq",
-        "scale",
-        "states",
-        "settings",
-        "new_scale",
-        "loaded_found_inf",
-        "applied",
-    )
+    end_seq: Optional[int] = None
+    scale: Optional[torch.Tensor] = None
+    new_scale: Optional[torch.Tensor] = None
+    loaded_found_inf: Optional[float] = None
+    applied = False
+    _found_infs: Optional[List[torch.Tensor]] = None
 
     def __init__(self, start_seq: int) -> None:
         self.start_seq = start_seq
-        self.end_seq: Optional[int] = None
-        self.scale: Optional[torch.Tensor] = None
-        self.states: Dict[int, Dict[str, Any]] = defaultdict(_fresh_optimizer_state)
+        self.states: Dict[int, Dict[str, Any]] = _OptimizerStates()
         self.settings: List[Tuple[str, Any]] = []
-        self.new_scale: Optional[torch.Tensor] = None
-        self.loaded_found_inf: Optional[float] = None
-        self.applied = False
 
     def found_infs(self) -> List[torch.Tensor]:
-        return [
-            found_inf
-            for state in self.states.values()
-            for found_inf in state["found_inf_per_device"].values()
-        ]
+        """Every found_inf of the iteration. Call it only once the iteration's optimizer work
+        was waited for (its states are final): the list is computed once and kept."""
+        if self._found_infs is None:
+            self._found_infs = [
+                found_inf
+                for state in self.states.values()
+                for found_inf in state["found_inf_per_device"].values()
+            ]
+        return self._found_infs
 
     def has_result(self) -> bool:
         return self.loaded_found_inf is not None or bool(self.found_infs())
 
-    def combined_found_inf(self, device: torch.device) -> torch.Tensor:
+    def combined_found_inf(self, device: torch.device) -> Optional[torch.Tensor]:
+        """The iteration's result on ``device`` (non-zero: inf/NaN), None if it has none."""
         if self.loaded_found_inf is not None:
             return torch.full((), self.loaded_found_inf, dtype=torch.float32, device=device)
-        return sum_found_inf(self.found_infs(), device)
+        found_infs = self.found_infs()
+        return sum_found_inf(found_infs, device) if found_infs else None
 
     def faulted(self) -> bool:
         end = self.end_seq if self.end_seq is not None else optim_stream.launched_seq()
@@ -198,6 +214,7 @@ class GradScaler(torch.amp.GradScaler):
         self._scale: Optional[torch.Tensor] = None
         self._growth_tracker: Optional[torch.Tensor] = None
         self._current = _Iteration(optim_stream.launched_seq())
+        # Replaced, never changed in place: optimizer jobs read it without the lock.
         self._records: List[_Iteration] = [self._current]
         self._catch_up_through: Optional[int] = None
         if self._enabled:
@@ -209,11 +226,11 @@ class GradScaler(torch.amp.GradScaler):
         job = optim_stream.current_job()
         if job is None:
             return self._current
-        with self._lock:
-            for record in reversed(self._records):
-                if record.start_seq < job.seq:
-                    return record
-            return self._records[0]
+        records = self._records
+        for record in reversed(records):
+            if record.start_seq < job.seq:
+                return record
+        return records[0]
 
     def _before_optimizer_launch(self) -> None:
         """Launch hook: fix the current iteration's scale before optimizer work needs it."""
@@ -221,6 +238,9 @@ class GradScaler(torch.amp.GradScaler):
 
     def _main_scale(self) -> Optional[torch.Tensor]:
         """Main thread: settle a deferred update, then return the current iteration's scale."""
+        scale = self._current.scale
+        if scale is not None and self._catch_up_through is None:
+            return scale
         if self._catch_up_through is not None:
             through, self._catch_up_through = self._catch_up_through, None
             self._wait_through(through, "GradScaler.update(is_async=False)")
@@ -228,12 +248,34 @@ class GradScaler(torch.amp.GradScaler):
         return self._fix_scale(self._current)
 
     def _fix_scale(self, record: _Iteration) -> Optional[torch.Tensor]:
-        """Give ``record`` its scale (a copy of the chain's current value) if it has none."""
+        """Give ``record`` its scale (the chain's current value) if it has none.
+
+        The main thread shares the chain's tensor (:meth:`_unshare_scale` copies it before
+        a change that a record could still see); inside an optimizer job, which the main
+        thread's check could miss, it takes a copy. Should both fix the same record at
+        once, either tensor holds the same value, so the one left in place is as good.
+        """
         if record.scale is None and self._scale is not None:
-            with self._lock:
-                if record.scale is None:
-                    record.scale = self._scale.clone()
+            if not optim_stream.on_optim_stream():
+                record.scale = self._scale
+            else:
+                with self._lock:
+                    if record.scale is None:
+                        record.scale = self._scale.clone()
         return record.scale
+
+    def _unshare_scale(self) -> torch.Tensor:
+        """Main thread, before changing the chain's scale in place: if a record whose work
+        is not all waited for (or the current one) holds the same tensor, the chain moves
+        to a copy, so that record keeps unscaling by the value its loss was multiplied by."""
+        scale = self._scale
+        assert scale is not None
+        waited = optim_stream.waited_seq()
+        for record in self._records:
+            if record.scale is scale and (record.end_seq is None or record.end_seq > waited):
+                self._scale = scale = scale.clone()
+                break
+        return scale
 
     @staticmethod
     def _wait_through(seq: int, reason: str) -> None:
@@ -255,10 +297,11 @@ class GradScaler(torch.amp.GradScaler):
 
     @staticmethod
     def _run_on_optimizer_thread(reason: str, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` inline on the optimizer thread, or queue it there and wait."""
+        """Inside an optimizer job: ``fn(*args)``. Elsewhere: run it as the next optimizer
+        job (inline when the stream is idle), wait, and return None."""
         if optim_stream.on_optim_stream():
             return fn(*args)
-        optim_stream.launch(fn, *args).wait(reason)
+        optim_stream.call(fn, *args, reason=reason)
         return None
 
     # ------------------------------------------------------------------------ scale()
@@ -291,17 +334,19 @@ class GradScaler(torch.amp.GradScaler):
         """
         if not self._enabled:
             return outputs
-        record = self._caller_iteration()
         if isinstance(outputs, torch.Tensor):
-            scale = self._scale_for_tensor(record, outputs.device)
-            return outputs * scale.to(outputs.device, non_blocking=True)
+            device = outputs.device
+            scale = self._scale_for_tensor(device)
+            if scale.device != device:
+                scale = scale.to(device, non_blocking=True)
+            return outputs * scale
 
         per_device: Dict[torch.device, torch.Tensor] = {}
 
         def scale_one(value: torch.Tensor) -> torch.Tensor:
             copy = per_device.get(value.device)
             if copy is None:
-                scale = self._scale_for_tensor(record, value.device)
+                scale = self._scale_for_tensor(value.device)
                 copy = scale.to(value.device, non_blocking=True)
                 per_device[value.device] = copy
             return value * copy
@@ -318,11 +363,17 @@ class GradScaler(torch.amp.GradScaler):
 
         return apply(outputs)
 
-    def _scale_for_tensor(self, record: _Iteration, device: torch.device) -> torch.Tensor:
+    def _scale_for_tensor(self, device: torch.device) -> torch.Tensor:
+        """The scale ``scale()`` multiplies by on the calling thread (created on first use)."""
+        if self._scale is not None and optim_stream.current_job() is None:
+            scale = self._main_scale()
+            if scale is not None:
+                return scale
         if self._scale is None:
             with self._lock:
                 if self._scale is None:
                     self._lazy_init_scale_growth_tracker(device)
+        record = self._caller_iteration()
         scale = self._scale_for(record)
         if scale is None:  # first scale() of this iteration made on the optimizer thread
             scale = self._fix_scale(record)
@@ -342,8 +393,9 @@ class GradScaler(torch.amp.GradScaler):
         """Divide ``optimizer``'s gradients by this iteration's scale, in place.
 
         Optional: call it between backward and ``step`` to clip or inspect unscaled grads.
-        On the optimizer thread it runs inline; from another thread it is queued on the
-        optimizer thread (after all queued work) and waited for. Grads are grouped by
+        Inside an optimizer job it runs there; from another thread it runs as the next
+        optimizer job (after all queued work; on the calling thread when nothing is queued)
+        and is waited for. Grads are grouped by
         (device, dtype), one fused kernel per group, no host sync. fp16 grads raise
         ``ValueError`` before any grad changes; bf16/fp32/fp64 and sparse grads are accepted.
 
@@ -373,9 +425,10 @@ class GradScaler(torch.amp.GradScaler):
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Optional[Any]:
         """Unscale (if not done yet), then ``optimizer.step(*args, **kwargs)`` unless inf/NaN.
 
-        On the optimizer thread it runs inline and returns the optimizer's return value (None
-        for a skipped step); from another thread it is queued on the optimizer thread, waited
-        for, and returns None. One host read of found_inf per device, on the thread that
+        Inside an optimizer job it runs there and returns the optimizer's return value (None
+        for a skipped step); from another thread it runs as the next optimizer job (after all
+        queued work; on the calling thread when nothing is queued), is waited for, and
+        returns None. One host read of found_inf per device, on the thread that
         runs the step. Optimizers with ``_step_supports_amp_scaling`` (torch's fused
         optimizers) get torch's protocol: ``grad_scale``/``found_inf`` attributes and no host
         sync. Disabled: returns ``optimizer.step(*args, **kwargs)`` directly.
@@ -502,11 +555,26 @@ class GradScaler(torch.amp.GradScaler):
             and not current.faulted()
         ):
             raise AssertionError(_NO_INF_CHECKS)
-        with self._lock:
-            current.end_seq = end_seq
-            current.new_scale = override
-            self._current = _Iteration(end_seq)
-            self._records.append(self._current)
+        current.end_seq = end_seq
+        current.new_scale = override
+        self._current = _Iteration(end_seq)
+        if (
+            is_async
+            and override is None
+            and self._records[0] is current
+            and end_seq <= optim_stream.waited_seq()
+        ):
+            # The plain loop: nothing earlier is pending and this iteration's work was
+            # waited for, so its result applies now and the record retires at once (what
+            # _apply_ready_records would do, without its bookkeeping).
+            self._records = [self._current]
+            self._absorb_settings(current)
+            current.applied = True
+            error = self._apply_record(current)
+            if error is not None:
+                raise AssertionError(error)
+            return
+        self._records = self._records + [self._current]
         if is_async:
             # The previous iteration's work must be finished: at most one iteration of lag.
             self._wait_through(current.start_seq, "GradScaler.update(): previous iteration")
@@ -522,19 +590,25 @@ class GradScaler(torch.amp.GradScaler):
         """
         waited = optim_stream.waited_seq()
         error: Optional[str] = None
-        for record in self._records:
+        records = self._records
+        retired = 0  # the leading records that are applied and waited for
+        for index, record in enumerate(records):
             if record is self._current or error is not None:
                 break
-            if record.applied:
-                continue
-            is_waited = record.end_seq is not None and record.end_seq <= waited
-            if record.new_scale is None and not is_waited:
-                break
-            if is_waited:
+            assert record.end_seq is not None
+            is_waited = record.end_seq <= waited
+            if not record.applied:
+                if record.new_scale is None and not is_waited:
+                    break
+                if is_waited:
+                    self._absorb_settings(record)
+                error = self._apply_record(record)
+                record.applied = True
+            if is_waited and retired == index:
                 self._absorb_settings(record)
-            error = self._apply_record(record)
-            record.applied = True
-        self._retire_records(waited)
+                retired += 1
+        if retired:
+            self._records = records[retired:]
         if error is not None:
             raise AssertionError(error)
 
@@ -542,12 +616,14 @@ class GradScaler(torch.amp.GradScaler):
         """Apply one record to the scale chain; return an error text if it had no result."""
         assert self._scale is not None and self._growth_tracker is not None
         if record.new_scale is not None:
-            self._scale.copy_(record.new_scale)
-        elif record.has_result():
+            self._unshare_scale().copy_(record.new_scale)
+            return None
+        found_inf = record.combined_found_inf(self._scale.device)
+        if found_inf is not None:
             update_scale_(
-                self._scale,
+                self._unshare_scale(),
                 self._growth_tracker,
-                record.combined_found_inf(self._scale.device),
+                found_inf,
                 self._growth_factor,
                 self._backoff_factor,
                 self._growth_interval,
@@ -561,18 +637,11 @@ class GradScaler(torch.amp.GradScaler):
             )
         return None
 
-    def _retire_records(self, waited: int) -> None:
-        with self._lock:
-            while self._records[0] is not self._current:
-                oldest = self._records[0]
-                if not oldest.applied or oldest.end_seq is None or oldest.end_seq > waited:
-                    break
-                self._absorb_settings(oldest)
-                self._records.pop(0)
-
     # ------------------------------------------------------------ settings and getters
     def _absorb_settings(self, record: _Iteration) -> None:
         """Apply setter calls that optimizer-thread jobs of ``record`` made (main thread)."""
+        if not record.settings:
+            return
         for name, value in record.settings:
             setattr(self, name, value)
         record.settings.clear()

@@ -31,10 +31,19 @@ Contracts:
   nobody waited for is printed and the process exits with status 1; a wait at exit that
   takes long, or follows a Ctrl-C, says which job it waits for, and a Ctrl-C during it
   exits with status 130 after printing the optimizer thread's stack.
+* **Inline calls.** :func:`call` runs a function as the next job and waits for it. When
+  nothing is queued or running and no failure is waiting to be delivered, the calling thread
+  runs it itself (no hop to the worker and back): it still takes the next sequence number,
+  counts as waited for, is recorded if it raises, and sees :func:`on_optim_stream` and
+  :func:`current_job` as a queued job would; the worker starts no other job meanwhile.
+  Otherwise the call is queued and waited for. Either way the order of work is the same.
+  Ctrl-C during an inline call interrupts the work itself, as in a plain loop (the
+  traceback shows where), and the call counts as failed.
 * **CUDA.** When CUDA is initialised at launch, the job is ordered after the launching
   thread's current stream with an event and runs on a dedicated optimizer stream of that
   device; a waiter's current stream then waits for the job's completion event. No host-side
-  device synchronisation is added.
+  device synchronisation is added. An inline call does the same on the calling thread:
+  it enters the optimizer stream, ordered by the same two events.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ import torch
 __all__ = [
     "Job",
     "launch",
+    "call",
     "wait",
     "synchronize",
     "on_optim_stream",
@@ -167,6 +177,9 @@ class _OptimizerStream:
         while True:
             job = self._queue.get()
             with self._cond:
+                while self._running is not None:
+                    # An inline call (see call()) holds the stream; it notifies when done.
+                    self._cond.wait()
                 cancel = self._failure is not None or job.seq <= self._cancel_through
                 if cancel:
                     job.cancelled = True
@@ -216,7 +229,7 @@ class _OptimizerStream:
     def is_worker(self) -> bool:
         return getattr(self._local, "is_worker", False)
 
-    def launch(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Job:
+    def _check_launcher(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError(f"optimizer job must be callable, got {type(fn).__name__}")
         if self.is_worker():
@@ -226,7 +239,13 @@ class _OptimizerStream:
             )
         if self._lost is not None:
             raise RuntimeError(f"cannot launch optimizer work: {self._lost}")
+
+    def launch(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Job:
+        self._check_launcher(fn)
         _run_launch_hooks()
+        return self._enqueue(fn, args, kwargs)
+
+    def _enqueue(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Job:
         cuda = _CudaOrdering() if _cuda_in_use() else None
         with self._cond:
             self._launched += 1
@@ -239,6 +258,49 @@ class _OptimizerStream:
                 self._thread.start()
             self._queue.put(job)
         return job
+
+    def call(self, fn: Callable[..., Any], args: tuple, reason: str) -> Any:
+        """Run ``fn(*args)`` as the next job and wait for it: inline when the stream is idle."""
+        self._check_launcher(fn)
+        _run_launch_hooks()
+        with self._cond:
+            idle = (
+                self._running is None
+                and self._completed == self._launched
+                and self._failure is None
+            )
+            if idle:
+                self._launched += 1
+                job = Job(self._launched, fn, args, {})
+                self._running = job
+        if not idle:
+            return self._enqueue(fn, args, {}).wait(reason)
+        return self._run_inline(job)
+
+    def _run_inline(self, job: Job) -> Any:
+        """Run the claimed ``job`` on this thread as if it were the optimizer thread."""
+        cuda = _CudaOrdering() if _cuda_in_use() else None
+        self._local.is_worker = True
+        try:
+            if cuda is None:
+                return job.fn(*job.args)
+            return self._run_on_cuda_stream(job, cuda)
+        except BaseException:
+            with self._cond:
+                self._faulted.append(job.seq)
+                # Delivered at once (raised here): cancel what others launched meanwhile,
+                # as a wait delivering a queued job's failure would.
+                self._cancel_through = self._launched
+            raise
+        finally:
+            self._local.is_worker = False
+            with self._cond:
+                self._running = None
+                self._completed = job.seq
+                self._waited = max(self._waited, job.seq)
+                self._cond.notify_all()
+            if cuda is not None and cuda.done is not None:
+                torch.cuda.current_stream(cuda.device).wait_event(cuda.done)
 
     def wait(self, seq: int, reason: str) -> None:
         if self.is_worker():
@@ -305,7 +367,11 @@ class _OptimizerStream:
         )
 
     def current_job(self) -> Optional[Job]:
-        return self._running if self.is_worker() else None
+        running = self._running
+        # No job running anywhere: the caller cannot be in one (no thread-local lookup).
+        if running is None:
+            return None
+        return running if self.is_worker() else None
 
     def lost_in_fork(self) -> bool:
         return self._lost is not None
@@ -336,7 +402,8 @@ class _OptimizerStream:
 
 
 def _cuda_in_use() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_initialized()
+    # Initialised implies available; is_available() costs microseconds on every job.
+    return torch.cuda.is_initialized()
 
 
 def _add_note(exc: BaseException, note: str) -> None:
@@ -348,17 +415,26 @@ def _add_note(exc: BaseException, note: str) -> None:
 
 _STREAM: Optional[_OptimizerStream] = None
 _STREAM_LOCK = threading.Lock()
-_LAUNCH_HOOKS: List["weakref.WeakMethod[Callable[[], None]]"] = []
+# Replaced, never mutated: a launch reads it without the lock.
+_LAUNCH_HOOKS: Tuple["weakref.WeakMethod[Callable[[], None]]", ...] = ()
 
 
 def _run_launch_hooks() -> None:
-    with _STREAM_LOCK:
-        _LAUNCH_HOOKS[:] = [ref for ref in _LAUNCH_HOOKS if ref() is not None]
-        live = list(_LAUNCH_HOOKS)
-    for ref in live:
+    dead = False
+    for ref in _LAUNCH_HOOKS:
         hook = ref()
-        if hook is not None:
+        if hook is None:
+            dead = True
+        else:
             hook()
+    if dead:
+        _prune_launch_hooks()
+
+
+def _prune_launch_hooks() -> None:
+    global _LAUNCH_HOOKS
+    with _STREAM_LOCK:
+        _LAUNCH_HOOKS = tuple(ref for ref in _LAUNCH_HOOKS if ref() is not None)
 
 
 def _stream() -> _OptimizerStream:
@@ -445,6 +521,18 @@ def launch(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
     return _stream().launch(fn, args, kwargs)
 
 
+def call(fn: Callable[..., Any], *args: Any, reason: Optional[str] = None) -> Any:
+    """Run ``fn(*args)`` as the next optimizer job, wait for it and return its result.
+
+    When no job is queued or running and no failure awaits delivery, the calling thread runs
+    it itself, with the same ordering, bookkeeping and CUDA stream as the optimizer thread
+    (see the module docs); an exception it raises propagates directly. Otherwise it is
+    launched and waited for, as ``launch(fn, *args).wait(reason)``. Must be called from a
+    thread other than the optimizer thread; launch hooks run first either way.
+    """
+    return _stream().call(fn, args, reason or f"{getattr(fn, '__qualname__', fn)!s}")
+
+
 def wait(target: Union[Job, int, None] = None, reason: Optional[str] = None) -> None:
     """Wait for a job (or job sequence number; default: all launched work).
 
@@ -467,23 +555,29 @@ def synchronize(reason: Optional[str] = None) -> None:
 
 
 def on_optim_stream() -> bool:
-    """True when called on the optimizer thread (inside a running job)."""
-    return _STREAM is not None and _STREAM.is_worker()
+    """True when called inside a running optimizer job (on the optimizer thread, or on the
+    thread running an inline :func:`call`)."""
+    return _STREAM is not None and _STREAM.current_job() is not None
 
 
 def current_job() -> Optional[Job]:
     """The job running on the calling thread, or None off the optimizer thread."""
-    return _STREAM.current_job() if _STREAM is not None else None
+    stream = _STREAM  # read once: these three run several times per training iteration
+    if stream is None or stream._running is None:  # no job anywhere: not in one
+        return None
+    return stream.current_job()
 
 
 def launched_seq() -> int:
     """Sequence number of the newest launched job (0 before any launch)."""
-    return _STREAM.launched_seq() if _STREAM is not None else 0
+    stream = _STREAM
+    return stream._launched if stream is not None else 0
 
 
 def waited_seq() -> int:
     """Highest sequence number any waiter has waited for (the waited watermark)."""
-    return _STREAM.waited_seq() if _STREAM is not None else 0
+    stream = _STREAM
+    return stream._waited if stream is not None else 0
 
 
 def faulted_between(low: int, high: int) -> bool:
@@ -498,8 +592,9 @@ def add_launch_hook(hook: Callable[[], None]) -> None:
     propagates to the launcher and nothing is queued. The GradScaler uses this to settle a
     deferred scale update before optimizer work that will need the new scale is queued.
     """
+    global _LAUNCH_HOOKS
     with _STREAM_LOCK:
-        _LAUNCH_HOOKS.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
+        _LAUNCH_HOOKS = _LAUNCH_HOOKS + (weakref.WeakMethod(hook),)  # type: ignore[arg-type]
 
 
 def cuda_stream(device: Union[int, torch.device]) -> "torch.cuda.Stream":

@@ -13,6 +13,7 @@ optimizer frees is not reused by the main stream too early.
 
 from __future__ import annotations
 
+import sys
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -20,7 +21,10 @@ from torch import nn
 
 from . import optim_stream
 
-__all__ = ["OptimizerCopies"]
+__all__ = ["OptimizerCopies", "HandedGrads"]
+
+HandedGrads = Dict[nn.Parameter, torch.Tensor]
+"""Model parameter -> the gradient tensor it handed to its copy by reference."""
 
 
 class OptimizerCopies:
@@ -32,6 +36,9 @@ class OptimizerCopies:
         self._copy_of: Optional[Dict[nn.Parameter, nn.Parameter]] = None
         self._pairs: List[Tuple[nn.Parameter, nn.Parameter]] = []
         self._names: List[str] = []  # the module's name for each pair's parameter
+        # Buffers given back by hand_back_grads, with their version counter at that moment:
+        # one still at that version received no gradient since.
+        self._returned: Dict[nn.Parameter, Tuple[torch.Tensor, int]] = {}
 
     @property
     def created(self) -> bool:
@@ -60,19 +67,25 @@ class OptimizerCopies:
             if copy is not None:
                 yield name, copy
 
-    def hand_over_grads(self) -> None:
+    def hand_over_grads(self) -> HandedGrads:
         """Move the model's accumulated gradients onto the copies and clear them on the model.
 
         A copy without a gradient takes the model's gradient (by reference when dtype and
         device match, else cast to ``optim_dtype``); a copy that still has one (the step
-        function did not zero it) has the model's gradient added to it.
+        function did not zero it) has the model's gradient added to it. A buffer given back
+        by :meth:`hand_back_grads` that no backward (or in-place write) has touched since
+        counts as no gradient: it stays on the model and its copy gets none.
+
+        Returns the gradients moved by reference, for :meth:`hand_back_grads` once the
+        step that uses them has finished.
         """
+        handed: HandedGrads = {}
         copy_of = self._ensure()
         with torch.no_grad():
             for param in self._module.parameters():
                 grad = param.grad
-                if grad is None:
-                    continue
+                if grad is None or self._untouched_since_returned(param, grad):
+                    continue  # no gradient arrived: the copy gets none, as with None
                 copy = copy_of.get(param)
                 if copy is None:
                     raise RuntimeError(
@@ -84,9 +97,41 @@ class OptimizerCopies:
                     if moved.is_cuda:
                         moved.record_stream(optim_stream.cuda_stream(moved.device))
                     copy.grad = moved
+                    if moved is grad:
+                        handed[param] = grad
                 else:
                     copy.grad.add_(grad.to(copy.grad.dtype))
                 param.grad = None
+        return handed
+
+    def hand_back_grads(self, handed: HandedGrads) -> None:
+        """Give gradient buffers the optimizer has let go of back to the model, zeroed.
+
+        Call it once the step that received ``handed`` has finished. A buffer goes back only
+        to a model parameter of this module that has no gradient, and only when nothing else
+        holds it: its copy no longer does (the step function zeroed it with
+        ``set_to_none``) and no other tensor or name refers to it or its memory. The next
+        backward then accumulates into it in place (``0 + g``, as after torch's
+        ``zero_grad(set_to_none=False)``), so the same memory serves every iteration
+        instead of being freed and allocated (and first touched) again.
+        """
+        if not handed or self._copy_of is None:
+            return
+        with torch.no_grad():
+            while handed:
+                param, grad = handed.popitem()
+                if param.grad is None and param in self._copy_of and _unshared(grad):
+                    param.grad = grad.zero_()
+                    self._returned[param] = (grad, grad._version)
+
+    def _untouched_since_returned(self, param: nn.Parameter, grad: torch.Tensor) -> bool:
+        returned = self._returned.get(param)
+        if returned is None or returned[0] is not grad:
+            return False
+        if grad._version == returned[1]:
+            return True
+        del self._returned[param]
+        return False
 
     def discard_grads(self) -> None:
         """Drop the copies' gradients (those of a failed step: they must not join the next)."""
@@ -115,3 +160,27 @@ class OptimizerCopies:
         self._copy_of = dict(self._pairs)
         with torch.no_grad():
             torch._foreach_copy_([c for _, c in self._pairs], [p for p, _ in self._pairs])
+
+
+def _refs_seen_by_a_callee(tensor: torch.Tensor) -> int:
+    return sys.getrefcount(tensor)
+
+
+def _refs_of_a_local() -> int:
+    """The reference count a function sees for an argument that its caller holds in one
+    local variable only (measured once: the count depends on the Python version)."""
+    tensor = torch.empty(0)
+    return _refs_seen_by_a_callee(tensor)
+
+
+_REFS_OF_A_LOCAL = _refs_of_a_local()
+
+
+def _unshared(tensor: torch.Tensor) -> bool:
+    """True when only the caller's one local variable refers to ``tensor`` and no other
+    tensor (a view, a saved alias) shares its memory."""
+    # Storage users: ``tensor`` itself and the temporary storage object made here.
+    return (
+        sys.getrefcount(tensor) == _REFS_OF_A_LOCAL
+        and torch._C._storage_Use_Count(tensor.untyped_storage()._cdata) == 2
+    )

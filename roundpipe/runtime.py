@@ -20,7 +20,7 @@ from torch import nn
 
 from . import optim_stream
 from .microbatch import merge_outputs, split_inputs, split_label, to_device
-from .optimizer_copies import OptimizerCopies
+from .optimizer_copies import HandedGrads, OptimizerCopies
 from .optimizer_ctx import OptimizerCtx, optimizer_ctx_active
 from .run_config import RoundPipeRunConfig, resolve
 
@@ -122,6 +122,7 @@ class RoundPipe(nn.Module):
         self._copies = OptimizerCopies(model, optim_dtype)
         self._last_step: Optional[optim_stream.Job] = None
         self._steps_queued = 0
+        self._grads_in_step: HandedGrads = {}  # handed to the last asynchronous step
         model.register_load_state_dict_post_hook(self._weights_loaded)
         self._roundpipe_ready = True
 
@@ -297,7 +298,10 @@ class RoundPipe(nn.Module):
         3. Move the model's gradients onto the copies' ``.grad`` (cast to ``optim_dtype``).
         4. Queue ``step_fn(*args, **kwargs)`` on the optimizer thread, with
            :class:`OptimizerCtx` active there.
-        5. Not ``is_async``: wait for it and copy the new weights into the model.
+        5. Not ``is_async``: wait for it and copy the new weights into the model. (A step
+           that is waited for at once runs on the calling thread when no optimizer work is
+           queued, as :func:`roundpipe.optim_stream.call` describes; ``step_fn`` sees the
+           same job context either way.)
 
         Failed steps (docs/runtime.md, "When a step function fails"): if the previous step
         function raised, this call still does 2-5 and then raises that exception (a note
@@ -327,15 +331,40 @@ class RoundPipe(nn.Module):
             )
         if is_async:
             self._copies.copy_to_model()
-        self._copies.hand_over_grads()
+        handed = self._copies.hand_over_grads()
         self._steps_queued += 1
-        self._last_step = optim_stream.launch(_StepCall(step_fn, args, kwargs, self._steps_queued))
-        if not is_async:
-            self._wait_and_take_weights("RoundPipe.step(is_async=False)", previous_failure)
+        step_call = _StepCall(step_fn, args, kwargs, self._steps_queued)
+        if is_async:
+            self._last_step = optim_stream.launch(step_call)
+            # The previous step has finished (waited for above): its gradient buffers can
+            # serve the next backward while this step uses the ones just handed over.
+            handed, self._grads_in_step = self._grads_in_step, handed
+        else:
+            # Waited for at once, so it runs on this thread when the optimizer thread is
+            # idle: no hand-off, and the gradients it frees go back to this thread's memory.
+            self._last_step = None
+            self._run_synchronous_step(step_call, previous_failure)
+        self._copies.hand_back_grads(handed)
         if previous_failure is not None:
             raise previous_failure
 
-    def _wait_and_take_weights(self, reason: str, earlier: Optional[Exception] = None) -> None:
+    def _run_synchronous_step(self, step_call: "_StepCall", earlier: Optional[Exception]) -> None:
+        """Run ``step_call`` and wait for it, then copy the optimizer's weights into the model,
+        also when the step function raised (its gradients are then dropped)."""
+        try:
+            optim_stream.call(step_call, reason="RoundPipe.step(is_async=False)")
+        except Exception as failure:
+            if not step_call.failed:
+                raise  # not this step's own error (an interrupt, other optimizer work)
+            self._copies.discard_grads()
+            self._copies.copy_to_model()
+            _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
+            if earlier is not None and failure.__context__ is None:
+                failure.__context__ = earlier  # the previous step's failure, raised first
+            raise
+        self._copies.copy_to_model()
+
+    def _wait_and_take_weights(self, reason: str) -> None:
         """Wait for the optimizer, then copy its current weights into the model, also when
         the wait raises a step function's error (not after an interrupt: the optimizer may
         still be writing them)."""
@@ -347,8 +376,6 @@ class RoundPipe(nn.Module):
                 raise
             self._copies.copy_to_model()
             _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
-            if earlier is not None and failure.__context__ is None:
-                failure.__context__ = earlier  # the previous step's failure, raised first
             raise
         if self._copies.created:
             self._copies.copy_to_model()
@@ -444,10 +471,15 @@ class _StepCall:
     def __init__(self, step_fn: Callable[..., Any], args: tuple, kwargs: dict, number: int) -> None:
         self.step_fn, self.args, self.kwargs = step_fn, args, kwargs
         self.__qualname__ = f"RoundPipe step {number}: {getattr(step_fn, '__qualname__', repr(step_fn))}"
+        self.failed = False  # set when step_fn raised (not when the call never ran)
 
     def __call__(self) -> Any:
-        with OptimizerCtx():
-            return self.step_fn(*self.args, **self.kwargs)
+        try:
+            with OptimizerCtx():
+                return self.step_fn(*self.args, **self.kwargs)
+        except BaseException:
+            self.failed = True
+            raise
 
 
 def wrap_model_to_roundpipe(

@@ -58,3 +58,12 @@ def test_scale_and_update_do_not_sync_the_host():
         scaler.scale(model(torch.randn(4, 8, device="cuda")).sum())
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_inline_calls_enter_the_optimizer_cuda_stream_and_leave_the_callers():
+    torch.cuda.init()
+    optim_stream.synchronize()
+    main = torch.cuda.current_stream()
+    seen = optim_stream.call(torch.cuda.current_stream)  # idle stream: runs on this thread
+    assert seen == optim_stream.cuda_stream(main.device)
+    assert torch.cuda.current_stream() == main

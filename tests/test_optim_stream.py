@@ -96,3 +96,94 @@ def test_the_waited_watermark_moves_only_when_someone_waits():
     assert optim_stream.waited_seq() == before < job.seq
     job.wait()
     assert optim_stream.waited_seq() == job.seq
+
+
+def test_call_on_an_idle_stream_runs_on_the_calling_thread_as_the_next_job():
+    optim_stream.synchronize()
+    before = optim_stream.launched_seq()
+    inside = optim_stream.call(
+        lambda: (threading.current_thread(), optim_stream.on_optim_stream(), optim_stream.current_job().seq)
+    )
+    assert inside == (threading.current_thread(), True, before + 1)
+    assert optim_stream.launched_seq() == optim_stream.waited_seq() == before + 1
+    assert not optim_stream.on_optim_stream()
+
+
+def test_call_behind_queued_work_is_queued_after_it():
+    order = []
+    gate = threading.Event()
+    optim_stream.launch(lambda: (gate.wait(10), order.append("queued")))
+    threading.Timer(0.05, gate.set).start()
+    where = optim_stream.call(lambda: (order.append("call"), threading.current_thread().name)[1])
+    assert order == ["queued", "call"]
+    assert where == "roundpipe-optimizer"
+
+
+def test_the_worker_starts_nothing_while_an_inline_call_runs():
+    order = []
+
+    def inline():
+        launcher = threading.Thread(target=lambda: optim_stream.launch(order.append, "launched"))
+        launcher.start()
+        launcher.join(10)
+        time.sleep(0.05)  # the worker has the job now; it must not start it yet
+        order.append("inline done")
+
+    optim_stream.call(inline)
+    optim_stream.synchronize()
+    assert order == ["inline done", "launched"]
+
+
+def test_an_earlier_queued_failure_reaches_call_and_cancels_it():
+    ran = []
+    failing = optim_stream.launch(_failing_job)
+    deadline = time.monotonic() + 10
+    while not optim_stream.faulted_between(failing.seq - 1, failing.seq) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # the worker is idle again, the failure not yet delivered
+    with pytest.raises(KeyError):
+        optim_stream.call(ran.append, "cancelled")
+    assert ran == []
+    assert optim_stream.call(lambda: 7) == 7
+
+
+def test_an_inline_failure_is_raised_with_its_traceback_and_recorded_as_a_fault():
+    optim_stream.synchronize()
+    with pytest.raises(KeyError) as caught:
+        optim_stream.call(_failing_job)
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert any(frame.name == "_failing_job" for frame in frames)
+    seq = optim_stream.launched_seq()
+    assert optim_stream.faulted_between(seq - 1, seq)
+    assert optim_stream.waited_seq() == seq
+    optim_stream.synchronize()  # delivered once: nothing left to raise
+    assert optim_stream.call(lambda: 1) == 1
+
+
+def test_inside_an_inline_call_waits_and_launches_are_refused_like_on_the_worker():
+    def nested():
+        with pytest.raises(RuntimeError, match="would wait for itself"):
+            optim_stream.synchronize()
+        with pytest.raises(RuntimeError, match="optimizer thread itself"):
+            optim_stream.launch(lambda: None)
+        return "ok"
+
+    assert optim_stream.call(nested) == "ok"
+
+
+def test_ctrl_c_during_an_inline_call_interrupts_it_and_counts_as_a_fault():
+    optim_stream.synchronize()
+    reached = []
+
+    def interrupted():
+        _thread.interrupt_main()
+        for _ in range(500):  # the interrupt lands in here
+            time.sleep(0.01)
+        reached.append("end")
+
+    with pytest.raises(KeyboardInterrupt):
+        optim_stream.call(interrupted)
+    seq = optim_stream.launched_seq()
+    assert reached == [] and optim_stream.faulted_between(seq - 1, seq)
+    assert not optim_stream.on_optim_stream()
+    assert optim_stream.call(lambda: 3) == 3

@@ -328,8 +328,9 @@ def test_step_function_errors_reach_the_main_thread(where):
             scaler.update()  # waits for the previous iteration's step function
     assert "_boom" in "".join(traceback.format_tb(caught.value.__traceback__))
     # Nothing hangs and training goes on. The step() that raised queued this iteration's
-    # own step (its gradients left the model); after synchronize/update they are still there.
-    assert all((p.grad is None) == (where == "step") for p in model.model.parameters())
+    # own step (its gradients left the model: None, or a buffer handed back zeroed); after
+    # synchronize/update they are still there.
+    assert all((p.grad is None or not p.grad.any()) == (where == "step") for p in model.model.parameters())
     if where == "step":
         scaler.update()
         model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
@@ -388,3 +389,87 @@ def test_backward_runs_outside_the_callers_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model.forward_backward((x,), label=y, loss_fn=lambda o, l: loss_of(Probe.apply(o), l))
     assert Probe.seen == [False]
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_gradient_buffers_come_back_zeroed_and_serve_every_iteration(is_async):
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    seen = []
+    for k, (x, y) in enumerate(make_data(6)):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        seen.append(frozenset(p.grad.data_ptr() for p in model.model.parameters()))
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+        if k >= 1 or not is_async:  # async: the previous step's buffers come back
+            grads = [p.grad for p in model.model.parameters()]
+            assert all(g is not None and torch.count_nonzero(g) == 0 for g in grads)
+            assert frozenset(g.data_ptr() for g in grads) in seen
+            del grads  # a reference kept here would (rightly) stop the hand-back
+    model.synchronize()
+    assert len(set(seen[2:])) == (2 if is_async else 1)  # async: one set per step in flight
+
+
+def test_a_gradient_the_step_function_keeps_is_not_handed_back():
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    kept = []
+    x, y = make_data(1)[0]
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    expected = [p.grad.clone() for p in model.model.parameters()]
+
+    def step_fn():
+        for c in model.optim_parameters():  # aliases of the memory, not the tensors
+            g = c.grad
+            kept.append(torch.empty(0).set_(g.untyped_storage(), 0, (g.numel(),), (1,)))
+            del g
+        opt.step()
+        opt.zero_grad()
+
+    model.step(step_fn, is_async=False)
+    assert all(p.grad is None for p in model.model.parameters())
+    assert _bitwise([k.view_as(e) for k, e in zip(kept, expected)], expected)
+
+
+class _TwoBranches(torch.nn.Module):
+    """Uses branch ``a``, or ``b`` when ``use_b`` is set: the other gets no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+        self.use_b = False
+
+    def forward(self, x):
+        return self.b(x) if self.use_b else self.a(x)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_branch_that_gets_no_gradient_is_not_stepped_after_buffers_come_back(is_async):
+    net = _TwoBranches()
+    model = RoundPipe(net)
+    opt = torch.optim.Adam(model.optim_parameters(), lr=0.1)
+    copies = dict(model.optim_named_parameters())
+    b_copies = [c for name, c in copies.items() if ".b." in name]
+    initial = [c.detach().clone() for c in b_copies]
+    for x, y in make_data(4):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+    model.synchronize()
+    assert all(c not in opt.state for c in b_copies)  # Adam never saw a gradient for b
+    assert _bitwise([c.detach() for c in b_copies], initial)
+
+
+def test_a_branch_used_once_steps_exactly_as_in_the_plain_loop():
+    data = make_data(4)
+    net, ref = _TwoBranches(), _TwoBranches()
+    model = RoundPipe(net)
+    opt = torch.optim.Adam(model.optim_parameters(), lr=0.1)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.1)
+    for k, (x, y) in enumerate(data):
+        net.use_b = ref.use_b = k == 1
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+        loss_of(ref(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    assert _bitwise([p.detach() for p in net.parameters()], [p.detach() for p in ref.parameters()])

@@ -1,0 +1,78 @@
+"""Side-by-side timing for the bench scripts: interleaved rounds, per-round ratios.
+
+Each round times every case once, in an order that alternates from round to round, so slow
+drift of the machine (other processes, frequency, memory bandwidth) hits every case alike. A
+ratio is computed inside each round (case / baseline of that round); the row reports the
+median of those ratios and their spread (min–max), never a ratio of medians from different
+moments.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from typing import Callable, Dict, List, Sequence, Tuple
+
+Case = Callable[[], float]
+"""A case runs one timed round and returns the seconds it measured."""
+
+
+def load() -> str:
+    """The 1/5/15-minute load average, for the printed conditions."""
+    return "loadavg " + " / ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (independent of machine load)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def voluntary_switches() -> int:
+    """Voluntary context switches of this process so far: a thread that blocks (a hop to
+    another thread and back) adds at least one, whatever the load."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def timed(fn: Callable[[], None]) -> float:
+    """Seconds one call of ``fn`` takes."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def timed_both(fn: Callable[[], None], cpu: List[float]) -> float:
+    """Wall seconds of one call of ``fn``; its CPU seconds on this thread go to ``cpu``.
+
+    Thread CPU time leaves out the time other processes took the core, so on a loaded
+    machine it is the steadier measure, valid when all the work runs on this thread.
+    """
+    wall, thread = time.perf_counter(), time.thread_time()
+    fn()
+    cpu.append(time.thread_time() - thread)
+    return time.perf_counter() - wall
+
+
+def rounds(cases: Dict[str, Case], count: int) -> Dict[str, List[float]]:
+    """Run ``count`` rounds of every case, order alternating; seconds per case per round."""
+    names = list(cases)
+    seconds: Dict[str, List[float]] = {name: [] for name in names}
+    for index in range(count):
+        order = names if index % 2 == 0 else names[::-1]
+        for name in order:
+            seconds[name].append(cases[name]())
+    return seconds
+
+
+def ratio(seconds: Dict[str, List[float]], case: str, baseline: str) -> Tuple[float, float, float]:
+    """Median, min and max over rounds of ``case``'s time divided by ``baseline``'s."""
+    per_round = [c / b for c, b in zip(seconds[case], seconds[baseline])]
+    return statistics.median(per_round), min(per_round), max(per_round)
+
+
+def ratio_row(label: str, values: Sequence[float], target: str = "") -> str:
+    """One printed row: ``label  median x  (spread min–max)  target``."""
+    median, low, high = values
+    suffix = f"  target {target}" if target else ""
+    return f"  {label:<52} {median:6.3f}x  (spread {low:.3f}–{high:.3f}){suffix}"
