@@ -205,7 +205,11 @@ def run_subprocess(command: List[str], env: Optional[Dict[str, str]] = None) -> 
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.run(
-        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         check=False,
     ).returncode
 
@@ -242,19 +246,16 @@ def startup_row(scratch: Path, rounds: int) -> Row:
 def check_rows(tree: Path, amp_paths: List[Path], all_paths: List[Path], rounds: int) -> List[Row]:
     """``--check`` against bare libcst on the tree, and the engine per AMP file."""
     cli_times, cst_times = interleaved(
-        lambda: run_cli_quietly(["--check", "-q", str(tree)]), lambda: bare_libcst(all_paths),
+        lambda: run_cli_quietly(["--check", "-q", str(tree)]),
+        lambda: bare_libcst(all_paths),
         rounds,
     )
     sources = [(str(path), path.read_text(encoding="utf-8")) for path in amp_paths]
-    engine_times, amp_cst_times = interleaved(
-        lambda: migrate_texts(sources), lambda: bare_libcst(amp_paths), rounds
-    )
+    engine_times, amp_cst_times = interleaved(lambda: migrate_texts(sources), lambda: bare_libcst(amp_paths), rounds)
     count = len(amp_paths)
     return [
-        Row(f"--check / bare libcst, {len(all_paths)} files", ratios(cli_times, cst_times),
-            "x", "target <= 0.5"),
-        Row("engine / bare libcst, per AMP file", ratios(engine_times, amp_cst_times), "x",
-            "target <= 3"),
+        Row(f"--check / bare libcst, {len(all_paths)} files", ratios(cli_times, cst_times), "x", "target <= 0.5"),
+        Row("engine / bare libcst, per AMP file", ratios(engine_times, amp_cst_times), "x", "target <= 3"),
         Row("engine per AMP file (ms)", [t * 1000 / count for t in engine_times], "ms"),
     ]
 
@@ -266,10 +267,8 @@ def growth_rows(scratch: Path, sizes: Sequence[int], amp_share: float) -> List[R
         tree = scratch / f"size_{size}"
         amp_paths, all_paths = build_tree(tree, size, amp_share)
         seconds, _ = timed(lambda: run_cli_quietly(["--check", "-q", str(tree)]))
-        rows.append(Row(f"--check {size} files: per AMP file (ms)",
-                        [seconds * 1000 / max(1, len(amp_paths))], "ms"))
-        rows.append(Row(f"--check {size} files: per file (ms)",
-                        [seconds * 1000 / len(all_paths)], "ms"))
+        rows.append(Row(f"--check {size} files: per AMP file (ms)", [seconds * 1000 / max(1, len(amp_paths))], "ms"))
+        rows.append(Row(f"--check {size} files: per file (ms)", [seconds * 1000 / len(all_paths)], "ms"))
     return rows
 
 
@@ -290,8 +289,7 @@ def machine_facts() -> List[str]:
     """Python version, libcst version, CPU count and load average, one fact a line."""
     loads = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     return [
-        f"python      {platform.python_version()} ({platform.python_implementation()}) on "
-        f"{platform.platform()}",
+        f"python      {platform.python_version()} ({platform.python_implementation()}) on {platform.platform()}",
         f"libcst      {importlib.metadata.version('libcst')}",
         f"cpu_count   {os.cpu_count()}",
         f"loadavg     {loads} (1, 5, 15 min) at the start",
@@ -302,16 +300,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The benchmark's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=300, help="files in the mixed tree")
-    parser.add_argument(
-        "--amp-share", type=float, default=0.1, help="fraction of a tree that are AMP scripts"
-    )
+    parser.add_argument("--amp-share", type=float, default=0.1, help="fraction of a tree that are AMP scripts")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per row")
-    parser.add_argument(
-        "--sizes", default="100,1000,3000", help="tree sizes for the growth rows (comma list)"
-    )
-    parser.add_argument(
-        "--parallel-files", type=int, default=120, help="files in the AMP-only -j tree"
-    )
+    parser.add_argument("--sizes", default="100,1000,3000", help="tree sizes for the growth rows (comma list)")
+    parser.add_argument("--parallel-files", type=int, default=120, help="files in the AMP-only -j tree")
     return parser.parse_args(argv)
 
 
@@ -328,12 +320,12 @@ def main(argv: Sequence[str]) -> None:
         amp_paths, all_paths = build_tree(mixed, options.files, options.amp_share)
         amp_only = scratch / "amp_only"
         write_amp_files(amp_only, options.parallel_files)
-        print(f"mixed tree  {len(all_paths)} files ({len(amp_paths)} AMP); "
-              f"AMP-only tree {options.parallel_files} files")
+        print(
+            f"mixed tree  {len(all_paths)} files ({len(amp_paths)} AMP); AMP-only tree {options.parallel_files} files"
+        )
         rows.append(startup_row(scratch, options.rounds))
         rows.extend(check_rows(mixed, amp_paths, all_paths, options.rounds))
-        for label, tree in [(f"{len(all_paths)}-file tree", mixed),
-                            (f"{options.parallel_files} AMP files", amp_only)]:
+        for label, tree in [(f"{len(all_paths)}-file tree", mixed), (f"{options.parallel_files} AMP files", amp_only)]:
             rows.append(parallel_row(f"-j 2 speed-up, {label}", tree, options.rounds))
         sizes = [int(size) for size in options.sizes.split(",") if size]
         rows.extend(growth_rows(scratch, sizes, options.amp_share))
@@ -342,8 +334,7 @@ def main(argv: Sequence[str]) -> None:
     for row in rows:
         print(f"{row.label:<{width}}  {row.text()}")
     print()
-    print(f"ratios: median of {options.rounds} interleaved rounds after one warm-up each; "
-          "growth rows: one round")
+    print(f"ratios: median of {options.rounds} interleaved rounds after one warm-up each; growth rows: one round")
 
 
 if __name__ == "__main__":

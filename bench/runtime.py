@@ -138,8 +138,10 @@ def sync_row(count: int, iterations: int) -> None:
     seconds = rounds({name: lambda r=run: timed(r) for name, run in made.items()}, count)
     per_it = {name: statistics.median(v) / iterations * 1e3 for name, v in seconds.items()}
     faults = {name: faults_per_iteration(run, iterations) for name, run in made.items()}
-    print(f"MLP 4x500 ({params:,} params), batch 64, {iterations} iterations a round: plain "
-          f"{per_it['plain']:.2f} ms, sync {per_it['sync']:.2f} ms, async {per_it['async']:.2f} ms per iteration")
+    print(
+        f"MLP 4x500 ({params:,} params), batch 64, {iterations} iterations a round: plain "
+        f"{per_it['plain']:.2f} ms, sync {per_it['sync']:.2f} ms, async {per_it['async']:.2f} ms per iteration"
+    )
     print(ratio_row("sync mode / plain loop (1M params)", ratio(seconds, "sync", "plain"), "<= 1.05"))
     print("    minor page faults per iteration: " + ", ".join(f"{n} {f:.1f}" for n, f in faults.items()))
 
@@ -156,20 +158,26 @@ def overlap_row(count: int, iterations: int) -> None:
     machine = [(f + s) / t for f, s, t in zip(seconds["forward_backward"], seconds["step"], seconds["two threads"])]
     fb_ms = statistics.median(seconds["forward_backward"]) / iterations * 1e3
     st_ms = statistics.median(seconds["step"]) / iterations * 1e3
-    print(f"MLP 4x1024 (4.2M params), batch 64: forward+backward {fb_ms:.1f} ms, Adam step {st_ms:.1f} ms; "
-          f"ideal overlap {statistics.median(ideal):.2f}x (spread {min(ideal):.2f}–{max(ideal):.2f})")
+    print(
+        f"MLP 4x1024 (4.2M params), batch 64: forward+backward {fb_ms:.1f} ms, Adam step {st_ms:.1f} ms; "
+        f"ideal overlap {statistics.median(ideal):.2f}x (spread {min(ideal):.2f}–{max(ideal):.2f})"
+    )
     print(ratio_row("async overlap: sync / async", ratio(seconds, "sync", "async"), ">= 1.7"))
-    print(f"    overlap of two plain threads (fb + step) / side by side: {statistics.median(machine):.2f}x "
-          f"(spread {min(machine):.2f}–{max(machine):.2f}); what this machine allows now")
+    print(
+        f"    overlap of two plain threads (fb + step) / side by side: {statistics.median(machine):.2f}x "
+        f"(spread {min(machine):.2f}–{max(machine):.2f}); what this machine allows now"
+    )
 
 
 def tiny_row(count: int, iterations: int = 500) -> None:
     made = loops(8, 4, iterations)
     seconds = rounds({name: lambda r=run: timed(r) for name, run in made.items()}, count)
     per_it = {name: statistics.median(v) / iterations * 1e6 for name, v in seconds.items()}
-    print(f"tiny MLP (width 8), per iteration: plain {per_it['plain']:.0f} us, sync {per_it['sync']:.0f} us "
-          f"(+{per_it['sync'] - per_it['plain']:.0f}), async {per_it['async']:.0f} us "
-          f"(+{per_it['async'] - per_it['plain']:.0f})")
+    print(
+        f"tiny MLP (width 8), per iteration: plain {per_it['plain']:.0f} us, sync {per_it['sync']:.0f} us "
+        f"(+{per_it['sync'] - per_it['plain']:.0f}), async {per_it['async']:.0f} us "
+        f"(+{per_it['async'] - per_it['plain']:.0f})"
+    )
 
 
 def main() -> None:
@@ -179,8 +187,10 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20, help="iterations a round")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
-          f"{args.rounds} interleaved rounds; {load()}")
+    print(
+        f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
+        f"{args.rounds} interleaved rounds; {load()}"
+    )
     sync_row(args.rounds, args.iterations)
     overlap_row(args.rounds, args.iterations)
     tiny_row(args.rounds)

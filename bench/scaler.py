@@ -87,13 +87,17 @@ def drop_in_rows(width: int, depth: int, iterations: int, count: int) -> None:
     seconds = rounds({name: lambda n=name: case(n) for name in makers}, count)
     params = sum(p.numel() for p in mlp(width, depth).parameters())
     per_iteration = {name: statistics.median(v) / iterations * 1e6 for name, v in seconds.items()}
-    print(f"drop-in loop, MLP {depth}x{width} ({params:,} params), {iterations} iterations a round: "
-          f"torch {per_iteration['torch']:.0f} us, ours {per_iteration['ours']:.0f} us per iteration")
+    print(
+        f"drop-in loop, MLP {depth}x{width} ({params:,} params), {iterations} iterations a round: "
+        f"torch {per_iteration['torch']:.0f} us, ours {per_iteration['ours']:.0f} us per iteration"
+    )
     print(ratio_row(f"drop-in loop {params:,} params, ours/torch", ratio(seconds, "ours", "torch"), "<= 1.05"))
     print(ratio_row("  the same, main-thread CPU time", ratio(cpu, "ours", "torch"), "<= 1.05"))
     print(ratio_row("  control: torch/torch, main-thread CPU time", ratio(cpu, "torch, again", "torch")))
-    print("    voluntary context switches per iteration: "
-          + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in switches.items()))
+    print(
+        "    voluntary context switches per iteration: "
+        + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in switches.items())
+    )
 
 
 class ScaleUpdate:
@@ -128,8 +132,10 @@ def scale_update_row(count: int, iterations: int = 400) -> None:
     cpu = rounds({name: lambda c=case: c.run(iterations, time.thread_time) for name, case in cases.items()}, count)
     clones = count_clones(cases["ours"], iterations)
     med = {name: statistics.median(v) * 1e6 for name, v in seconds.items()}
-    print(f"scale() + update() per iteration (median of {iterations} a round): "
-          f"torch {med['torch']:.1f} us, ours {med['ours']:.1f} us")
+    print(
+        f"scale() + update() per iteration (median of {iterations} a round): "
+        f"torch {med['torch']:.1f} us, ours {med['ours']:.1f} us"
+    )
     print(ratio_row("scale()+update(), ours/torch", ratio(seconds, "ours", "torch"), "<= 1.3"))
     print(ratio_row("  the same, main-thread CPU time", ratio(cpu, "ours", "torch"), "<= 1.3"))
     print(f"    scale clones per update(): {clones:.2f}")
@@ -194,8 +200,10 @@ def unscale_rows(elements: int, tensors: int, count: int, repeats: int = 7) -> N
     cases["raw"] = lambda: time_raw_kernel(params, repeats)
     seconds = rounds(cases, count)
     med = {name: statistics.median(v) * 1e3 for name, v in seconds.items()}
-    print(f"unscale_ of {elements:,} fp32 grads in {len(params)} tensors (median of {repeats} a round): "
-          f"torch {med['torch']:.2f} ms, ours {med['ours']:.2f} ms, raw kernel {med['raw']:.2f} ms")
+    print(
+        f"unscale_ of {elements:,} fp32 grads in {len(params)} tensors (median of {repeats} a round): "
+        f"torch {med['torch']:.2f} ms, ours {med['ours']:.2f} ms, raw kernel {med['raw']:.2f} ms"
+    )
     print(ratio_row("unscale_, ours/torch", ratio(seconds, "ours", "torch"), "<= 1.1"))
     print(ratio_row("unscale_, ours/raw kernel", ratio(seconds, "ours", "raw")))
 
@@ -208,8 +216,10 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=100)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
-          f"{args.rounds} interleaved rounds; {load()}")
+    print(
+        f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
+        f"{args.rounds} interleaved rounds; {load()}"
+    )
     drop_in_rows(width=70, depth=2, iterations=200, count=args.rounds)
     drop_in_rows(width=500, depth=4, iterations=20, count=args.rounds)
     scale_update_row(args.rounds)

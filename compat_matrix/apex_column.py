@@ -29,8 +29,18 @@ import roundpipe.compat
 from .runners import Trace, _optimizer_tensors, _snapshot
 from .scenarios import Scenario, loss_of, make_batches, make_model, make_optimizers
 
-__all__ = ["APEX_BOUND", "APEX_REASON", "APEX_SCENARIOS", "APEX_SETTINGS", "ApexSettings",
-           "apex_skip_reason", "fault_during_backward", "opt_level_for", "run_apex", "run_compat"]
+__all__ = [
+    "APEX_BOUND",
+    "APEX_REASON",
+    "APEX_SCENARIOS",
+    "APEX_SETTINGS",
+    "ApexSettings",
+    "apex_skip_reason",
+    "fault_during_backward",
+    "opt_level_for",
+    "run_apex",
+    "run_compat",
+]
 
 APEX_BOUND = 5e-2
 APEX_REASON = "apex O1/O2 patches torch functions where roundpipe.compat uses torch.autocast"
@@ -53,18 +63,35 @@ class ApexSettings:
 
 
 APEX_SCENARIOS: List[Scenario] = [
-    Scenario("apex_bounds", "apex O2, min_loss_scale above the first scale and a low cap: "
-             "the floor applies only when halving, the cap only when growing",
-             model_dtype=torch.float16, init_scale=2.0**12, growth_interval=2,
-             faults=(0, "inf", 0, 0, 0, 0, 0, 0, "inf")),
-    Scenario("apex_per_loss_scales", "apex O2, num_losses=2: each loss has its own scale; a step "
-             "is skipped when any loss overflowed", model_dtype=torch.float16, growth_interval=2),
-    Scenario("apex_static_bookkeeping", "apex O2 with a static loss_scale=128: the unskipped "
-             "counter counts every block and is never reset", model_dtype=torch.float16,
-             accumulate=2),
-    Scenario("apex_o2_accumulation", "apex O2 with gradient accumulation over 3 scale_loss blocks, "
-             "overflows in the first and in a later block", model_dtype=torch.float16,
-             accumulate=3, steps=10, growth_interval=4),
+    Scenario(
+        "apex_bounds",
+        "apex O2, min_loss_scale above the first scale and a low cap: "
+        "the floor applies only when halving, the cap only when growing",
+        model_dtype=torch.float16,
+        init_scale=2.0**12,
+        growth_interval=2,
+        faults=(0, "inf", 0, 0, 0, 0, 0, 0, "inf"),
+    ),
+    Scenario(
+        "apex_per_loss_scales",
+        "apex O2, num_losses=2: each loss has its own scale; a step is skipped when any loss overflowed",
+        model_dtype=torch.float16,
+        growth_interval=2,
+    ),
+    Scenario(
+        "apex_static_bookkeeping",
+        "apex O2 with a static loss_scale=128: the unskipped counter counts every block and is never reset",
+        model_dtype=torch.float16,
+        accumulate=2,
+    ),
+    Scenario(
+        "apex_o2_accumulation",
+        "apex O2 with gradient accumulation over 3 scale_loss blocks, overflows in the first and in a later block",
+        model_dtype=torch.float16,
+        accumulate=3,
+        steps=10,
+        growth_interval=4,
+    ),
 ]
 
 APEX_SETTINGS: Dict[str, ApexSettings] = {
@@ -82,9 +109,11 @@ def apex_skip_reason(scenario: Scenario) -> Optional[str]:
     if scenario.microbatches > 1:
         return "apex has no microbatches"
     if scenario.optimizer == "two":
-        return ("apex skips every optimizer of a scale_loss block when any gradient overflows, "
-                "torch-style scalers only the optimizer that overflowed; the migration refuses "
-                "scale_loss over several optimizers (RPM107)")
+        return (
+            "apex skips every optimizer of a scale_loss block when any gradient overflows, "
+            "torch-style scalers only the optimizer that overflowed; the migration refuses "
+            "scale_loss over several optimizers (RPM107)"
+        )
     if scenario.resume_at is not None and scenario.resume_format == "torch":
         return "apex checkpoints use amp.state_dict(): see resume_apex_format"
     return None
@@ -141,16 +170,24 @@ def _initialize(amp, scenario: Scenario, device: str):
     optimizers = make_optimizers(scenario, net.parameters())
     extra = {} if settings.loss_scale is None else {"loss_scale": settings.loss_scale}
     model, optimizers = amp.initialize(
-        net, optimizers, opt_level=opt_level_for(scenario), verbosity=0,
-        num_losses=settings.num_losses, min_loss_scale=settings.min_loss_scale,
-        max_loss_scale=settings.max_loss_scale, **extra)
+        net,
+        optimizers,
+        opt_level=opt_level_for(scenario),
+        verbosity=0,
+        num_losses=settings.num_losses,
+        min_loss_scale=settings.min_loss_scale,
+        max_loss_scale=settings.max_loss_scale,
+        **extra,
+    )
     return net, model, optimizers
 
 
 def _initial_state(scenario: Scenario) -> Dict[str, Dict[str, float]]:
     """The dynamic scenarios start at the scenario's scale (a checkpoint load, as scripts do)."""
-    return {f"loss_scaler{k}": {"loss_scale": float(scenario.init_scale), "unskipped": 0}
-            for k in range(_settings(scenario).num_losses)}
+    return {
+        f"loss_scaler{k}": {"loss_scale": float(scenario.init_scale), "unskipped": 0}
+        for k in range(_settings(scenario).num_losses)
+    }
 
 
 def _step_all(masters: Sequence[torch.Tensor], step_fn) -> bool:
@@ -231,6 +268,7 @@ def run_compat(scenario: Scenario, device: str) -> Trace:
         for micro in range(scenario.accumulate):
             x, y = batches[step * scenario.accumulate + micro]
             for loss_id, scaler in enumerate(scalers):
+
                 def loss_fn(out, label, s=scaler, k=loss_id):
                     return s.scale(_block_loss(scenario, out, label, step, k))
 

@@ -57,21 +57,41 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu",
-                        help="where to train: cpu, cuda, or all (both); without CUDA the cuda rows "
-                        "are reported as skipped (default: cpu)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK_STEPS} steps per scenario and {len(QUICK_EXAMPLES)} example scripts, "
-                        "a short run for tests and a first look (default: off, the full matrix)")
-    parser.add_argument("--scenario", action="append", choices=[s.name for s in ALL_SCENARIOS], metavar="NAME",
-                        help="run only this scenario; repeatable; the example scripts are then left out "
-                        "(default: every scenario, listed below)")
-    parser.add_argument("--steps", type=int, metavar="N",
-                        help=f"optimizer steps per scenario, 2 to {MAX_STEPS} (default: each scenario's own, "
-                        f"{'/'.join(map(str, steps))}; {QUICK_STEPS} with --quick)")
-    parser.add_argument("--out", type=_out_folder, default=pathlib.Path("out/parity"), metavar="DIR",
-                        help="folder for report.md, report.json and report.html, created if missing "
-                        "(default: out/parity)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "all"),
+        default="cpu",
+        help="where to train: cpu, cuda, or all (both); without CUDA the cuda rows "
+        "are reported as skipped (default: cpu)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_STEPS} steps per scenario and {len(QUICK_EXAMPLES)} example scripts, "
+        "a short run for tests and a first look (default: off, the full matrix)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[s.name for s in ALL_SCENARIOS],
+        metavar="NAME",
+        help="run only this scenario; repeatable; the example scripts are then left out "
+        "(default: every scenario, listed below)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        metavar="N",
+        help=f"optimizer steps per scenario, 2 to {MAX_STEPS} (default: each scenario's own, "
+        f"{'/'.join(map(str, steps))}; {QUICK_STEPS} with --quick)",
+    )
+    parser.add_argument(
+        "--out",
+        type=_out_folder,
+        default=pathlib.Path("out/parity"),
+        metavar="DIR",
+        help="folder for report.md, report.json and report.html, created if missing (default: out/parity)",
+    )
     return parser
 
 
@@ -121,10 +141,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     summary = data["summary"]
     for row in rows:
         if row["verdict"] == "diverged":
-            print(f"DIVERGED {row['scenario']} {row['reference']} vs {row['subject']} ({row['device']}): "
-                  f"{row['reason']}", file=sys.stderr)
-    print(f"roundpipe-parity: {len(rows)} rows: " + ", ".join(f"{n} {v}" for v, n in summary.items()),
-          file=sys.stderr)
+            print(
+                f"DIVERGED {row['scenario']} {row['reference']} vs {row['subject']} ({row['device']}): {row['reason']}",
+                file=sys.stderr,
+            )
+    print(f"roundpipe-parity: {len(rows)} rows: " + ", ".join(f"{n} {v}" for v, n in summary.items()), file=sys.stderr)
     print("roundpipe-parity: wrote " + ", ".join(str(args.out / name) for name in REPORT_FILES), file=sys.stderr)
     return 1 if summary["diverged"] else 0
 

@@ -68,8 +68,7 @@ def _first_step_apart(reference: Trace, subject: Trace) -> Optional[int]:
     return None
 
 
-def compare_traces(reference: Trace, subject: Trace, bound: Optional[float] = None,
-                   reason: str = "") -> Verdict:
+def compare_traces(reference: Trace, subject: Trace, bound: Optional[float] = None, reason: str = "") -> Verdict:
     """The verdict for ``subject`` against ``reference`` (``bound``: allow ``close``)."""
     apart = _first_step_apart(reference, subject)
     states_equal = (
@@ -86,11 +85,19 @@ def compare_traces(reference: Trace, subject: Trace, bound: Optional[float] = No
     )
     if apart is None and states_equal:
         return Verdict("bitwise", "identical bits at every step", 0.0, None)
-    same_shape = (reference.scales == subject.scales and reference.skipped == subject.skipped
-                  and len(params_ref) == len(params_sub)
-                  and reference.scaler_state == subject.scaler_state)
+    same_shape = (
+        reference.scales == subject.scales
+        and reference.skipped == subject.skipped
+        and len(params_ref) == len(params_sub)
+        and reference.scaler_state == subject.scaler_state
+    )
     if bound is not None and same_shape and worst <= bound:
-        return Verdict("close", f"{reason}; bound: every parameter, loss and optimizer-state value within "
-                       f"{bound:g} (absolute) of the reference; scale and skipped steps identical", worst, apart)
+        return Verdict(
+            "close",
+            f"{reason}; bound: every parameter, loss and optimizer-state value within "
+            f"{bound:g} (absolute) of the reference; scale and skipped steps identical",
+            worst,
+            apart,
+        )
     detail = "scale/skip sequences differ" if not same_shape else f"largest absolute difference {worst:.3g}"
     return Verdict("diverged", f"{detail}; first difference at step {apart}", worst, apart)

@@ -45,12 +45,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m compat_matrix.export_plots",
         description="Write the plots of a roundpipe-parity report.json as SVG files, one per panel, "
-        "named DEVICE-SCENARIO-SUBJECT-KIND.svg (KIND: scale, scale-diff, loss, loss-diff).")
+        "named DEVICE-SCENARIO-SUBJECT-KIND.svg (KIND: scale, scale-diff, loss, loss-diff).",
+    )
     parser.add_argument("report", type=pathlib.Path, metavar="REPORT.json", help="a report.json of roundpipe-parity")
     parser.add_argument("out", type=pathlib.Path, metavar="DIR", help="folder for the files, created if missing")
-    parser.add_argument("--panel", action="append", metavar="NAME",
-                        help="write only this panel (its file name without .svg); repeatable "
-                        "(default: every panel of the report)")
+    parser.add_argument(
+        "--panel",
+        action="append",
+        metavar="NAME",
+        help="write only this panel (its file name without .svg); repeatable (default: every panel of the report)",
+    )
     args = parser.parse_args(argv)
     try:
         data = json.loads(args.report.read_text(encoding="utf-8"))
@@ -60,8 +64,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"{args.report}: {error}")
     unknown = [name for name in args.panel or () if name not in files]
     if unknown:
-        parser.error(f"no panel named {', '.join(unknown)} in {args.report}; without --panel, all "
-                     f"{len(files)} are written")
+        parser.error(
+            f"no panel named {', '.join(unknown)} in {args.report}; without --panel, all {len(files)} are written"
+        )
     chosen = args.panel or list(files)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in chosen:

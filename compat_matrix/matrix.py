@@ -22,8 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from .apex_column import (APEX_BOUND, APEX_REASON, APEX_SCENARIOS, apex_skip_reason, opt_level_for, run_apex,
-                          run_compat)
+from .apex_column import APEX_BOUND, APEX_REASON, APEX_SCENARIOS, apex_skip_reason, opt_level_for, run_apex, run_compat
 from .compare import Verdict, compare_traces
 from .runners import RUNNERS, Trace, apex_unavailable_reason
 from .scenarios import SCENARIOS, Scenario
@@ -58,14 +57,31 @@ def _with_steps(scenario: Scenario, steps: Optional[int]) -> Scenario:
     return dataclasses.replace(scenario, steps=steps, faults=scenario.faults[:steps], resume_at=resume)
 
 
-def _row(scenario: Scenario, reference: str, subject: str, device: str, verdict: str, reason: str,
-         max_abs_diff: float = 0.0, first_divergence: Optional[int] = None,
-         series: Optional[Dict[str, List[Any]]] = None, bound: Optional[float] = None) -> Dict[str, Any]:
+def _row(
+    scenario: Scenario,
+    reference: str,
+    subject: str,
+    device: str,
+    verdict: str,
+    reason: str,
+    max_abs_diff: float = 0.0,
+    first_divergence: Optional[int] = None,
+    series: Optional[Dict[str, List[Any]]] = None,
+    bound: Optional[float] = None,
+) -> Dict[str, Any]:
     return {
-        "scenario": scenario.name, "reference": reference, "subject": subject, "device": device,
-        "dtype": _dtype_label(scenario), "verdict": verdict, "reason": reason,
-        "max_abs_diff": max_abs_diff, "steps": scenario.steps, "first_divergence": first_divergence,
-        "series": series or {}, "bound": bound,
+        "scenario": scenario.name,
+        "reference": reference,
+        "subject": subject,
+        "device": device,
+        "dtype": _dtype_label(scenario),
+        "verdict": verdict,
+        "reason": reason,
+        "max_abs_diff": max_abs_diff,
+        "steps": scenario.steps,
+        "first_divergence": first_divergence,
+        "series": series or {},
+        "bound": bound,
     }
 
 
@@ -75,8 +91,10 @@ def _bound_for(scenario: Scenario) -> Optional[float]:
 
 def _skip_reason(scenario: Scenario, subject: str) -> Optional[str]:
     if subject == "async" and scenario.resume_at is not None and scenario.resume_format == "apex":
-        return ("apex's amp.state_dict() has no field for the lagged mode's pending result, so an "
-                "asynchronous run resumed from it is not exact; resume from the torch-format state dict")
+        return (
+            "apex's amp.state_dict() has no field for the lagged mode's pending result, so an "
+            "asynchronous run resumed from it is not exact; resume from the torch-format state dict"
+        )
     return None
 
 
@@ -95,11 +113,23 @@ def _scenario_rows(scenario: Scenario, device: str) -> Iterable[Dict[str, Any]]:
             continue
         ref, sub = trace(reference), trace(subject)
         verdict: Verdict = compare_traces(
-            ref, sub, _bound_for(scenario),
+            ref,
+            sub,
+            _bound_for(scenario),
             "2 microbatches add the loss in a different order than one full batch",
         )
-        yield _row(scenario, reference, subject, device, verdict.verdict, verdict.reason,
-                   verdict.max_abs_diff, verdict.first_divergence, _series(ref, sub), _bound_for(scenario))
+        yield _row(
+            scenario,
+            reference,
+            subject,
+            device,
+            verdict.verdict,
+            verdict.reason,
+            verdict.max_abs_diff,
+            verdict.first_divergence,
+            _series(ref, sub),
+            _bound_for(scenario),
+        )
     yield _apex_row(scenario, device)
 
 
@@ -111,15 +141,30 @@ def _apex_row(scenario: Scenario, device: str) -> Dict[str, Any]:
         return _row(scenario, f"apex {opt_level_for(scenario)}", subject, device, "skipped", reason)
     reference, ours = run_apex(scenario, device), run_compat(scenario, device)
     verdict = compare_traces(reference, ours, APEX_BOUND, APEX_REASON)
-    return _row(scenario, f"apex {opt_level_for(scenario)}", subject, device, verdict.verdict, verdict.reason,
-                verdict.max_abs_diff, verdict.first_divergence, _series(reference, ours), APEX_BOUND)
+    return _row(
+        scenario,
+        f"apex {opt_level_for(scenario)}",
+        subject,
+        device,
+        verdict.verdict,
+        verdict.reason,
+        verdict.max_abs_diff,
+        verdict.first_divergence,
+        _series(reference, ours),
+        APEX_BOUND,
+    )
 
 
 def _series(reference: Trace, subject: Trace) -> Dict[str, List[Any]]:
     """What the report plots: scale, skipped steps and loss per step, on both sides."""
-    return {"scales_reference": reference.scales, "scales_subject": subject.scales,
-            "skipped_reference": reference.skipped, "skipped_subject": subject.skipped,
-            "losses_reference": reference.losses, "losses_subject": subject.losses}
+    return {
+        "scales_reference": reference.scales,
+        "scales_subject": subject.scales,
+        "skipped_reference": reference.skipped,
+        "skipped_subject": subject.skipped,
+        "losses_reference": reference.losses,
+        "losses_subject": subject.losses,
+    }
 
 
 def _run_script(source: str, name: str) -> str:
@@ -155,39 +200,68 @@ def _example_rows(names: Iterable[str]) -> Iterable[Dict[str, Any]]:
         default = migrate_source(source, str(path))
         if exact.status != "migrated":
             codes = ", ".join(d.code for d in exact.diagnostics)
-            yield _row(scenario, "original", "migrated --exact", "cpu", "diverged",
-                       f"roundpipe-migrate did not migrate it ({codes})")
+            yield _row(
+                scenario,
+                "original",
+                "migrated --exact",
+                "cpu",
+                "diverged",
+                f"roundpipe-migrate did not migrate it ({codes})",
+            )
             continue
         migrated_default = _losses(_run_script(default.migrated, name))
         if name.startswith("apex_"):
-            yield _row(dataclasses.replace(scenario, steps=len(migrated_default)), "original (apex)",
-                       "migrated (async)", "cpu", "skipped",
-                       "the original needs apex and CUDA; its migrated form ran "
-                       f"{len(migrated_default)} steps on the CPU without apex")
+            yield _row(
+                dataclasses.replace(scenario, steps=len(migrated_default)),
+                "original (apex)",
+                "migrated (async)",
+                "cpu",
+                "skipped",
+                "the original needs apex and CUDA; its migrated form ran "
+                f"{len(migrated_default)} steps on the CPU without apex",
+            )
             continue
         original = _run_script(source, name)
         reference = _losses(original)
         scenario = dataclasses.replace(scenario, steps=len(reference))
         exact_output = _run_script(exact.migrated, name)
         same = exact_output == original
-        yield _row(scenario, "original", "migrated --exact", "cpu", "bitwise" if same else "diverged",
-                   "identical printed numbers" if same else "printed numbers differ",
-                   series={"losses_reference": reference, "losses_subject": _losses(exact_output)})
+        yield _row(
+            scenario,
+            "original",
+            "migrated --exact",
+            "cpu",
+            "bitwise" if same else "diverged",
+            "identical printed numbers" if same else "printed numbers differ",
+            series={"losses_reference": reference, "losses_subject": _losses(exact_output)},
+        )
         diffs = [abs(a - b) for a, b in zip(reference, migrated_default)]
         bound = 0.5 * max(abs(v) for v in reference)
         finite = all(math.isfinite(v) for v in migrated_default)
         ok = len(migrated_default) == len(reference) and finite and max(diffs, default=0.0) <= bound
-        yield _row(scenario, "original", "migrated (async)", "cpu", "close" if ok else "diverged",
-                   "asynchronous form by design (weights one step stale, scale one step late): every "
-                   f"step ran; tolerance per printed loss: half the original's largest loss, {bound:.3g}" if ok else
-                   "the asynchronous migration did not run every step with comparable losses",
-                   max(diffs, default=0.0),
-                   series={"losses_reference": reference, "losses_subject": migrated_default}, bound=bound)
+        yield _row(
+            scenario,
+            "original",
+            "migrated (async)",
+            "cpu",
+            "close" if ok else "diverged",
+            "asynchronous form by design (weights one step stale, scale one step late): every "
+            f"step ran; tolerance per printed loss: half the original's largest loss, {bound:.3g}"
+            if ok
+            else "the asynchronous migration did not run every step with comparable losses",
+            max(diffs, default=0.0),
+            series={"losses_reference": reference, "losses_subject": migrated_default},
+            bound=bound,
+        )
 
 
-def run_matrix(device: str = "cpu", quick: bool = False, scenarios: Optional[List[str]] = None,
-               steps: Optional[int] = None,
-               progress: Optional[Callable[[int, int, str], None]] = None) -> List[Dict[str, Any]]:
+def run_matrix(
+    device: str = "cpu",
+    quick: bool = False,
+    scenarios: Optional[List[str]] = None,
+    steps: Optional[int] = None,
+    progress: Optional[Callable[[int, int, str], None]] = None,
+) -> List[Dict[str, Any]]:
     """All rows for ``device`` (``cpu``, ``cuda`` or ``all``).
 
     ``progress(done, total, label)`` is called before each scenario and example script runs.
@@ -202,8 +276,11 @@ def run_matrix(device: str = "cpu", quick: bool = False, scenarios: Optional[Lis
     devices = ["cpu", "cuda"] if device == "all" else [device]
     names: Iterable[str] = ()
     if not scenarios:
-        names = QUICK_EXAMPLES if quick else sorted(p.name for p in (ROOT / "examples").glob("a*_*.py")
-                                                     if p.name.startswith(("amp_", "apex_")))
+        names = (
+            QUICK_EXAMPLES
+            if quick
+            else sorted(p.name for p in (ROOT / "examples").glob("a*_*.py") if p.name.startswith(("amp_", "apex_")))
+        )
     units: List[Tuple[str, str, Any]] = []
     for dev in devices:
         units += [("scenario", dev, scenario) for scenario in chosen]
@@ -220,8 +297,10 @@ def run_matrix(device: str = "cpu", quick: bool = False, scenarios: Optional[Lis
         if kind == "apex":
             rows.append(_apex_row(scenario, dev))
         elif dev == "cuda" and not torch.cuda.is_available():
-            rows.extend(_row(scenario, ref, sub, dev, "skipped", "CUDA is not available on this machine")
-                        for ref, sub, _ in PAIRS)
+            rows.extend(
+                _row(scenario, ref, sub, dev, "skipped", "CUDA is not available on this machine")
+                for ref, sub, _ in PAIRS
+            )
         else:
             rows.extend(_scenario_rows(scenario, dev))
     return rows
@@ -242,7 +321,8 @@ def environment() -> Dict[str, Any]:
         "torch": torch.__version__,
         "cuda_available": torch.cuda.is_available(),
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        if torch.cuda.is_available() else [],
+        if torch.cuda.is_available()
+        else [],
         "cpu": platform.processor() or platform.machine(),
         "apex": apex_version,
     }

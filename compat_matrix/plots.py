@@ -52,7 +52,7 @@ def _step_ticks(count: int) -> List[int]:
 
 def _format_tick(value: float, scale: str) -> str:
     if scale == "log2":
-        return f"{2.0 ** value:g}"
+        return f"{2.0**value:g}"
     if scale == "log10":
         return f"1e{int(value)}"
     return f"{value:.6g}"
@@ -90,8 +90,9 @@ def _polylines(frame: _Frame, values: Sequence[Optional[float]], colour: str, da
     for step, value in enumerate(list(values) + [None]):
         if value is None:
             if len(run) > 1:
-                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} '
-                             f'points="{" ".join(run)}"/>')
+                parts.append(
+                    f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{" ".join(run)}"/>'
+                )
             run = []
             continue
         run.append(f"{frame.x(step):.1f},{frame.y(value):.1f}")
@@ -101,20 +102,25 @@ def _polylines(frame: _Frame, values: Sequence[Optional[float]], colour: str, da
 
 def _axes(frame: _Frame, y_ticks: Sequence[float], scale: str, y_label: str) -> str:
     bottom, right = HEIGHT - BOTTOM, WIDTH - RIGHT
-    parts = [f'<rect x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{bottom - TOP}" '
-             'fill="white" stroke="#999"/>']
+    parts = [f'<rect x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{bottom - TOP}" fill="white" stroke="#999"/>']
     for tick in y_ticks:
         y = frame.y(tick)
-        parts.append(f'<line x1="{LEFT - 5}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#e4e4e4"/>'
-                     f'<line x1="{LEFT - 5}" y1="{y:.1f}" x2="{LEFT}" y2="{y:.1f}" stroke="#555"/>'
-                     f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{_format_tick(tick, scale)}</text>')
+        parts.append(
+            f'<line x1="{LEFT - 5}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+            f'<line x1="{LEFT - 5}" y1="{y:.1f}" x2="{LEFT}" y2="{y:.1f}" stroke="#555"/>'
+            f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{_format_tick(tick, scale)}</text>'
+        )
     for step in _step_ticks(frame.steps):
         x = frame.x(step)
-        parts.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}" stroke="#555"/>'
-                     f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="middle">{step}</text>')
-    parts.append(f'<text x="{(LEFT + right) / 2:.0f}" y="{HEIGHT - 6}" text-anchor="middle">optimizer step</text>'
-                 f'<text transform="translate(14 {(TOP + bottom) / 2:.0f}) rotate(-90)" '
-                 f'text-anchor="middle">{html.escape(y_label)}</text>')
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}" stroke="#555"/>'
+            f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="middle">{step}</text>'
+        )
+    parts.append(
+        f'<text x="{(LEFT + right) / 2:.0f}" y="{HEIGHT - 6}" text-anchor="middle">optimizer step</text>'
+        f'<text transform="translate(14 {(TOP + bottom) / 2:.0f}) rotate(-90)" '
+        f'text-anchor="middle">{html.escape(y_label)}</text>'
+    )
     return "".join(parts)
 
 
@@ -127,8 +133,9 @@ def _legend(entries: Sequence[Tuple[str, str]]) -> str:
         width = 40 + 6.6 * len(label)  # swatch, gap, and about 6.6 px per character at 12 px
         if x + width > WIDTH - RIGHT and x > LEFT:
             x, y = float(LEFT), y + 15
-        parts.append(f'<g transform="translate({x:.0f} {y})">{swatch}'
-                     f'<text x="26" y="4">{html.escape(label)}</text></g>')
+        parts.append(
+            f'<g transform="translate({x:.0f} {y})">{swatch}<text x="26" y="4">{html.escape(label)}</text></g>'
+        )
         x += width
     return "".join(parts)
 
@@ -147,10 +154,12 @@ def _svg(title: str, body: str) -> str:
     room = WIDTH - LEFT - 8
     # about 7.2 px per character in 14 px bold; a longer title is squeezed to fit, not cut off
     fit = f' textLength="{room}" lengthAdjust="spacingAndGlyphs"' if 7.2 * len(title) > room else ""
-    return (f'<svg class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg" '
-            f'role="img" aria-label="{label}" font-family="sans-serif" font-size="12">'
-            f'<title>{label}</title><text x="{LEFT}" y="18" font-size="14" font-weight="bold"{fit}>{label}</text>'
-            f"{body}</svg>")
+    return (
+        f'<svg class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg" '
+        f'role="img" aria-label="{label}" font-family="sans-serif" font-size="12">'
+        f'<title>{label}</title><text x="{LEFT}" y="18" font-size="14" font-weight="bold"{fit}>{label}</text>'
+        f"{body}</svg>"
+    )
 
 
 def standalone(panel: str) -> str:
@@ -160,9 +169,16 @@ def standalone(panel: str) -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?>\n{sized}\n'
 
 
-def series_panel(title: str, y_label: str, reference: Sequence[float], subject: Sequence[float],
-                 names: Tuple[str, str], scale: str = "linear",
-                 skipped: Sequence[bool] = (), subject_skipped: Sequence[bool] = ()) -> str:
+def series_panel(
+    title: str,
+    y_label: str,
+    reference: Sequence[float],
+    subject: Sequence[float],
+    names: Tuple[str, str],
+    scale: str = "linear",
+    skipped: Sequence[bool] = (),
+    subject_skipped: Sequence[bool] = (),
+) -> str:
     """Reference (solid) and subject (dashed) per step; ``scale`` is ``linear`` or ``log2``.
 
     ``skipped`` marks the steps the reference skipped (shaded); steps only the subject skipped
@@ -181,24 +197,37 @@ def series_panel(title: str, y_label: str, reference: Sequence[float], subject: 
     body = [_axes(frame, ticks, scale, y_label)]
     for step in (k for k, flag in enumerate(skipped) if flag):
         left, right = max(LEFT, frame.x(step) - band / 2), min(WIDTH - RIGHT, frame.x(step) + band / 2)
-        body.append(f'<rect x="{left:.1f}" y="{TOP}" width="{right - left:.1f}" '
-                    f'height="{HEIGHT - TOP - BOTTOM}" fill="{SKIP_COLOUR}" opacity="0.8"/>')
+        body.append(
+            f'<rect x="{left:.1f}" y="{TOP}" width="{right - left:.1f}" '
+            f'height="{HEIGHT - TOP - BOTTOM}" fill="{SKIP_COLOUR}" opacity="0.8"/>'
+        )
     mismatched = [k for k, (a, b) in enumerate(zip(skipped, subject_skipped)) if a != b]
-    body += [f'<line x1="{frame.x(k):.1f}" y1="{HEIGHT - BOTTOM - 10}" x2="{frame.x(k):.1f}" '
-             f'y2="{HEIGHT - BOTTOM}" stroke="{ALERT_COLOUR}" stroke-width="3"/>' for k in mismatched]
+    body += [
+        f'<line x1="{frame.x(k):.1f}" y1="{HEIGHT - BOTTOM - 10}" x2="{frame.x(k):.1f}" '
+        f'y2="{HEIGHT - BOTTOM}" stroke="{ALERT_COLOUR}" stroke-width="3"/>'
+        for k in mismatched
+    ]
     body.append(_polylines(frame, ref, REFERENCE_COLOUR, dashed=False))
     body.append(_polylines(frame, sub, SUBJECT_COLOUR, dashed=True))
-    crosses = sorted({k for k, v in enumerate(reference) if not math.isfinite(v)}
-                     | {k for k, v in enumerate(subject) if not math.isfinite(v)})
-    body += [f'<text x="{frame.x(k):.1f}" y="{TOP + 12}" text-anchor="middle" fill="{ALERT_COLOUR}" '
-             f'font-weight="bold" font-size="15">×</text>' for k in crosses]
-    legend = [(_line_swatch(REFERENCE_COLOUR, False), f"reference: {names[0]}"),
-              (_line_swatch(SUBJECT_COLOUR, True), f"subject: {names[1]}")]
+    crosses = sorted(
+        {k for k, v in enumerate(reference) if not math.isfinite(v)}
+        | {k for k, v in enumerate(subject) if not math.isfinite(v)}
+    )
+    body += [
+        f'<text x="{frame.x(k):.1f}" y="{TOP + 12}" text-anchor="middle" fill="{ALERT_COLOUR}" '
+        f'font-weight="bold" font-size="15">×</text>'
+        for k in crosses
+    ]
+    legend = [
+        (_line_swatch(REFERENCE_COLOUR, False), f"reference: {names[0]}"),
+        (_line_swatch(SUBJECT_COLOUR, True), f"subject: {names[1]}"),
+    ]
     if any(skipped):
         legend.append((_SKIP_SWATCH, "skipped step (overflow)"))
     if mismatched:
-        legend.append((f'<line x1="11" y1="-6" x2="11" y2="6" stroke="{ALERT_COLOUR}" stroke-width="3"/>',
-                       "skip differs"))
+        legend.append(
+            (f'<line x1="11" y1="-6" x2="11" y2="6" stroke="{ALERT_COLOUR}" stroke-width="3"/>', "skip differs")
+        )
     if crosses:
         legend.append((_CROSS_SWATCH, "NaN/inf"))
     body.append(_legend(legend))
@@ -227,25 +256,43 @@ def diff_panel(title: str, differences: Sequence[float], bound: Optional[float] 
     drawn = [v for v in logs if v is not None] + ([math.log10(bound)] if bound else [])
     low, high, ticks = _exponent_ticks(min(drawn, default=-8), max(drawn, default=-7), 10)
     frame = _Frame(max(len(differences), 2), low, high)
-    body = [_axes(frame, ticks, "log10", "|subject − reference|"),
-            _polylines(frame, logs, SUBJECT_COLOUR, dashed=False)]
+    body = [
+        _axes(frame, ticks, "log10", "|subject − reference|"),
+        _polylines(frame, logs, SUBJECT_COLOUR, dashed=False),
+    ]
     zeros = [k for k, v in enumerate(differences) if v == 0]
-    body += [f'<circle cx="{frame.x(k):.1f}" cy="{HEIGHT - BOTTOM}" r="4" fill="white" '
-             f'stroke="{REFERENCE_COLOUR}" stroke-width="2"/>' for k in zeros]
+    body += [
+        f'<circle cx="{frame.x(k):.1f}" cy="{HEIGHT - BOTTOM}" r="4" fill="white" '
+        f'stroke="{REFERENCE_COLOUR}" stroke-width="2"/>'
+        for k in zeros
+    ]
     infinite = [k for k, v in enumerate(differences) if math.isinf(v)]
-    body += [f'<text x="{frame.x(k):.1f}" y="{TOP + 12}" text-anchor="middle" fill="{ALERT_COLOUR}" '
-             f'font-weight="bold" font-size="15">×</text>' for k in infinite]
+    body += [
+        f'<text x="{frame.x(k):.1f}" y="{TOP + 12}" text-anchor="middle" fill="{ALERT_COLOUR}" '
+        f'font-weight="bold" font-size="15">×</text>'
+        for k in infinite
+    ]
     legend = [(_line_swatch(SUBJECT_COLOUR, False), "|subject − reference|")]
     if zeros:
-        legend.append((f'<circle cx="11" cy="0" r="4" fill="white" stroke="{REFERENCE_COLOUR}" '
-                       'stroke-width="2"/>', "identical (0)"))
+        legend.append(
+            (
+                f'<circle cx="11" cy="0" r="4" fill="white" stroke="{REFERENCE_COLOUR}" stroke-width="2"/>',
+                "identical (0)",
+            )
+        )
     if infinite:
         legend.append((_CROSS_SWATCH, "one side not finite"))
     if bound:
         y = frame.y(math.log10(bound))
-        body.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" '
-                    f'stroke="{ALERT_COLOUR}" stroke-dasharray="3 3"/>')
-        legend.append((f'<line x1="0" y1="0" x2="22" y2="0" stroke="{ALERT_COLOUR}" stroke-dasharray="3 3"/>',
-                       f"bound {bound:.3g}"))
+        body.append(
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" '
+            f'stroke="{ALERT_COLOUR}" stroke-dasharray="3 3"/>'
+        )
+        legend.append(
+            (
+                f'<line x1="0" y1="0" x2="22" y2="0" stroke="{ALERT_COLOUR}" stroke-dasharray="3 3"/>',
+                f"bound {bound:.3g}",
+            )
+        )
     body.append(_legend(legend))
     return _svg(title, "".join(body))

@@ -20,29 +20,48 @@ __all__ = ["write_reports", "ROW_FIELDS", "validate_report", "VERDICTS", "REPORT
 VERDICTS = ("bitwise", "close", "diverged", "skipped")
 REPORT_FILES = ("report.md", "report.json", "report.html")
 ROW_FIELDS: Dict[str, tuple] = {
-    "scenario": (str,), "reference": (str,), "subject": (str,), "device": (str,), "dtype": (str,),
-    "verdict": (str,), "reason": (str,), "max_abs_diff": (int, float), "steps": (int,),
-    "first_divergence": (int, type(None)), "series": (dict,),
+    "scenario": (str,),
+    "reference": (str,),
+    "subject": (str,),
+    "device": (str,),
+    "dtype": (str,),
+    "verdict": (str,),
+    "reason": (str,),
+    "max_abs_diff": (int, float),
+    "steps": (int,),
+    "first_divergence": (int, type(None)),
+    "series": (dict,),
 }
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 
 # (column, heading, what it means)
 COLUMNS: Tuple[Tuple[str, str, str], ...] = (
-    ("scenario", "scenario", "the seeded training run (its faults, optimizer, dtype); example:NAME is a "
-     "script from examples/"),
+    (
+        "scenario",
+        "scenario",
+        "the seeded training run (its faults, optimizer, dtype); example:NAME is a script from examples/",
+    ),
     ("reference", "reference", "who trains the run the subject must match"),
     ("subject", "subject", "who trains the run under test"),
     ("device", "device", "where both trained"),
     ("dtype", "dtype", "the model's dtype, and the autocast dtype where autocast is on"),
     ("verdict", "verdict", "bitwise, close, diverged or skipped (below)"),
-    ("max_abs_diff", "max abs diff", "the largest absolute difference found over every parameter, loss "
-     "and optimizer-state value (a measurement; a dash where nothing ran)"),
-    ("reason", "reason", "why the verdict holds: for close rows, the bound the row allows and what it "
-     "covers; for skipped rows, why nothing ran"),
+    (
+        "max_abs_diff",
+        "max abs diff",
+        "the largest absolute difference found over every parameter, loss "
+        "and optimizer-state value (a measurement; a dash where nothing ran)",
+    ),
+    (
+        "reason",
+        "reason",
+        "why the verdict holds: for close rows, the bound the row allows and what it "
+        "covers; for skipped rows, why nothing ran",
+    ),
 )
 VERDICT_TEXT = {
     "bitwise": "identical bits at every step: scales, skipped steps, losses, every parameter, the "
-               "final optimizer and scaler state",
+    "final optimizer and scaler state",
     "close": "scale and skipped steps identical, every value within the bound stated in the reason",
     "diverged": "a failure: the run parts from its reference (the reason names the first step)",
     "skipped": "not run here; the reason says why (no CUDA, no apex, no counterpart)",
@@ -51,21 +70,41 @@ VERDICT_TEXT = {
 SUBJECTS: Tuple[Tuple[str, str, str, str], ...] = (
     ("torch", "torch", "reference: torch.amp.GradScaler in a plain training loop", "gradscaler.md"),
     ("dropin", "dropin", "drop-in: roundpipe.GradScaler in the very same plain loop", "gradscaler.md"),
-    ("exact", "exact", "RoundPipe runtime in exact mode: step(is_async=False) and update(is_async=False)",
-     "runtime.md"),
-    ("async_reference", "async_reference", "async reference: a plain-torch loop, written without roundpipe "
-     "code, that applies each update one step late and follows the lagged scale rule", "gradscaler.md"),
-    ("async", "async", "RoundPipe runtime in its default asynchronous mode (step and update on the "
-     "optimizer thread)", "runtime.md"),
+    (
+        "exact",
+        "exact",
+        "RoundPipe runtime in exact mode: step(is_async=False) and update(is_async=False)",
+        "runtime.md",
+    ),
+    (
+        "async_reference",
+        "async_reference",
+        "async reference: a plain-torch loop, written without roundpipe "
+        "code, that applies each update one step late and follows the lagged scale rule",
+        "gradscaler.md",
+    ),
+    (
+        "async",
+        "async",
+        "RoundPipe runtime in its default asynchronous mode (step and update on the optimizer thread)",
+        "runtime.md",
+    ),
     ("apex", "apex O1 / O2", "reference: NVIDIA apex amp (<= 25.05) in a plain loop, CUDA only", "apex.md"),
-    ("roundpipe.compat", "roundpipe.compat", "the apex API as migrated apex scripts call it, in exact "
-     "mode", "apex.md"),
-    ("original", "original", "migrated examples: the script in examples/ as written (reference)",
-     "migrate.md"),
-    ("migrated --exact", "migrated --exact", "migrated examples: the output of roundpipe-migrate --exact "
-     "(must print the same numbers)", "migrate.md"),
-    ("migrated (async)", "migrated (async)", "migrated examples: the default (asynchronous) migration; "
-     "weights one step stale and the scale one step late by design", "migrate.md"),
+    ("roundpipe.compat", "roundpipe.compat", "the apex API as migrated apex scripts call it, in exact mode", "apex.md"),
+    ("original", "original", "migrated examples: the script in examples/ as written (reference)", "migrate.md"),
+    (
+        "migrated --exact",
+        "migrated --exact",
+        "migrated examples: the output of roundpipe-migrate --exact (must print the same numbers)",
+        "migrate.md",
+    ),
+    (
+        "migrated (async)",
+        "migrated (async)",
+        "migrated examples: the default (asynchronous) migration; "
+        "weights one step stale and the scale one step late by design",
+        "migrate.md",
+    ),
 )
 _SUBJECT_DOCS = {key: page for key, _, _, page in SUBJECTS}
 
@@ -121,10 +160,16 @@ def _md(text: str) -> str:
 def _environment_items(environment: Dict[str, Any], command: str) -> List[Tuple[str, str]]:
     """The run's header as (label, value) pairs, in reading order."""
     cuda = ("yes: " + ", ".join(environment.get("cuda_devices") or [])) if environment.get("cuda_available") else "no"
-    items = [("date (UTC)", environment.get("date", "")), ("command", command),
-             ("torch", environment.get("torch", "")), ("Python", environment.get("python", "")),
-             ("platform", environment.get("platform", "")), ("CPU", environment.get("cpu", "")),
-             ("CUDA", cuda), ("apex", environment.get("apex") or "not installed")]
+    items = [
+        ("date (UTC)", environment.get("date", "")),
+        ("command", command),
+        ("torch", environment.get("torch", "")),
+        ("Python", environment.get("python", "")),
+        ("platform", environment.get("platform", "")),
+        ("CPU", environment.get("cpu", "")),
+        ("CUDA", cuda),
+        ("apex", environment.get("apex") or "not installed"),
+    ]
     return [(label, str(value)) for label, value in items]
 
 
@@ -151,8 +196,10 @@ def _verdict_grids(rows: Sequence[Dict[str, Any]]) -> List[Tuple[List[str], List
             found = cells.setdefault((row["scenario"], row["device"]), {"dtype": row["dtype"]})
             found[_grid_label(row)] = row["verdict"]
         header = ["example" if examples else "scenario", "device", "dtype"] + columns
-        lines = [[name.removeprefix("example:"), device, found["dtype"]] + [found.get(c, "") for c in columns]
-                 for (name, device), found in cells.items()]
+        lines = [
+            [name.removeprefix("example:"), device, found["dtype"]] + [found.get(c, "") for c in columns]
+            for (name, device), found in cells.items()
+        ]
         grids.append((header, lines))
     return grids
 
@@ -172,27 +219,38 @@ def _html_grids(rows: Sequence[Dict[str, Any]]) -> str:
     tables = []
     for header, lines in _verdict_grids(rows):
         head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
-        body = "".join("<tr>" + "".join(
-            f'<td><span class="verdict {html.escape(cell)}">{html.escape(cell)}</span></td>' if i >= 3 and cell
-            else f"<td>{html.escape(cell)}</td>" for i, cell in enumerate(line)) + "</tr>" for line in lines)
-        tables.append(f'<div class="wrap"><table class="grid"><thead><tr>{head}</tr></thead>'
-                      f"<tbody>{body}</tbody></table></div>")
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f'<td><span class="verdict {html.escape(cell)}">{html.escape(cell)}</span></td>'
+                if i >= 3 and cell
+                else f"<td>{html.escape(cell)}</td>"
+                for i, cell in enumerate(line)
+            )
+            + "</tr>"
+            for line in lines
+        )
+        tables.append(
+            f'<div class="wrap"><table class="grid"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+        )
     return "".join(tables)
 
 
 def _markdown(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: str) -> str:
     lines = ["# roundpipe-parity report", "", "| run | |", "|---|---|"]
-    lines += [f"| {label} | {_md(f'`{value}`' if label == 'command' else value)} |"
-              for label, value in _environment_items(environment, command)]
+    lines += [
+        f"| {label} | {_md(f'`{value}`' if label == 'command' else value)} |"
+        for label, value in _environment_items(environment, command)
+    ]
     lines += ["", f"Summary: {_summary_text(rows)}.", "", "## At a glance", ""] + _markdown_grid(rows)
-    lines += ["", "## Every row", "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-              "|" + "---|" * len(COLUMNS)]
+    lines += ["", "## Every row", "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_md(_cell_text(row, c)) for c, _, _ in COLUMNS) + " |" for row in rows]
     lines += ["", "## What the columns mean", ""]
     lines += [f"- **{heading}**: {text}." for _, heading, text in COLUMNS]
     lines += ["", "Verdicts:", ""] + [f"- **{verdict}**: {text}." for verdict, text in VERDICT_TEXT.items()]
-    lines += ["", "Subjects and references:", ""] + [f"- **{label}**: {text} (docs/{page})."
-                                                     for _, label, text, page in SUBJECTS]
+    lines += ["", "Subjects and references:", ""] + [
+        f"- **{label}**: {text} (docs/{page})." for _, label, text, page in SUBJECTS
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -218,12 +276,33 @@ def row_panels(row: Dict[str, Any], prefix: str = "") -> Tuple[List[Tuple[str, s
         metrics.append(("loss", "loss", "losses", "loss", "linear"))
     for title, y_label, key, kind, scale in metrics:
         reference, subject = series[f"{key}_reference"], series[f"{key}_subject"]
-        panels.append((kind, series_panel(f"{prefix}{title} per step", y_label, reference, subject, names, scale,
-                                          series.get("skipped_reference", ()), series.get("skipped_subject", ()))))
+        panels.append(
+            (
+                kind,
+                series_panel(
+                    f"{prefix}{title} per step",
+                    y_label,
+                    reference,
+                    subject,
+                    names,
+                    scale,
+                    series.get("skipped_reference", ()),
+                    series.get("skipped_subject", ()),
+                ),
+            )
+        )
         differences = abs_differences(reference, subject)
         if any(differences) or len(reference) != len(subject):
-            panels.append((f"{kind}-diff", diff_panel(f"{prefix}{title}: |subject − reference| per step",
-                                                      differences, row.get("bound") if key == "losses" else None)))
+            panels.append(
+                (
+                    f"{kind}-diff",
+                    diff_panel(
+                        f"{prefix}{title}: |subject − reference| per step",
+                        differences,
+                        row.get("bound") if key == "losses" else None,
+                    ),
+                )
+            )
         else:
             notes.append(f"{title}: |subject − reference| = 0 at every step")
     return panels, notes
@@ -235,17 +314,24 @@ def _figure(index: int, row: Dict[str, Any]) -> Optional[str]:
     if not panels:
         return None
     back = _link(f"#row-{index}", "back to the table")
-    body = (f'<div class="panels">{"".join(svg for _, svg in panels)}</div>'
-            + "".join(f'<p class="note">{html.escape(note)}</p>' for note in notes))
-    heading = (f'{html.escape(_row_title(row))}: <span class="verdict {html.escape(row["verdict"])}">'
-               f'{html.escape(row["verdict"])}</span>')
+    body = f'<div class="panels">{"".join(svg for _, svg in panels)}</div>' + "".join(
+        f'<p class="note">{html.escape(note)}</p>' for note in notes
+    )
+    heading = (
+        f'{html.escape(_row_title(row))}: <span class="verdict {html.escape(row["verdict"])}">'
+        f"{html.escape(row['verdict'])}</span>"
+    )
     if row["verdict"] == "bitwise":
         series = row["series"]
         steps = len(series.get("losses_reference") or series.get("scales_reference") or [])
-        return (f'<details class="figure" id="plot-{index}"><summary>{heading} — identical at all {steps} '
-                f"steps</summary><p>{back}</p>{body}</details>")
-    return (f'<section class="figure" id="plot-{index}"><h3>{heading}</h3>'
-            f'<p class="reason">{html.escape(row["reason"])} ({back})</p>{body}</section>')
+        return (
+            f'<details class="figure" id="plot-{index}"><summary>{heading} — identical at all {steps} '
+            f"steps</summary><p>{back}</p>{body}</details>"
+        )
+    return (
+        f'<section class="figure" id="plot-{index}"><h3>{heading}</h3>'
+        f'<p class="reason">{html.escape(row["reason"])} ({back})</p>{body}</section>'
+    )
 
 
 def _table_row(index: int, row: Dict[str, Any], has_plot: bool, docs: str) -> str:
@@ -295,15 +381,21 @@ details.figure summary{cursor:pointer}
 
 def _html(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: str, docs: str) -> str:
     figures = [_figure(index, row) for index, row in enumerate(rows)]
-    env = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(value)}</td></tr>"
-                  for label, value in _environment_items(environment, command))
+    env = "".join(
+        f"<tr><th>{html.escape(label)}</th><td>{html.escape(value)}</td></tr>"
+        for label, value in _environment_items(environment, command)
+    )
     head = "".join(f"<th>{html.escape(heading)}</th>" for _, heading, _ in COLUMNS) + "<th>see</th>"
     table = "".join(_table_row(index, row, figures[index] is not None, docs) for index, row in enumerate(rows))
     columns = "".join(f"<dt>{html.escape(heading)}</dt><dd>{html.escape(text)}</dd>" for _, heading, text in COLUMNS)
-    verdicts = "".join(f'<dt><span class="verdict {v}">{v}</span></dt><dd>{html.escape(t)}</dd>'
-                       for v, t in VERDICT_TEXT.items())
-    subjects = "".join(f'<dt id="term-{_slug(key)}">{html.escape(label)}</dt><dd>{html.escape(text)} '
-                       f'({_link(f"{docs}/{page}", "docs/" + page)})</dd>' for key, label, text, page in SUBJECTS)
+    verdicts = "".join(
+        f'<dt><span class="verdict {v}">{v}</span></dt><dd>{html.escape(t)}</dd>' for v, t in VERDICT_TEXT.items()
+    )
+    subjects = "".join(
+        f'<dt id="term-{_slug(key)}">{html.escape(label)}</dt><dd>{html.escape(text)} '
+        f"({_link(f'{docs}/{page}', 'docs/' + page)})</dd>"
+        for key, label, text, page in SUBJECTS
+    )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -317,22 +409,19 @@ def _html(rows: Sequence[Dict[str, Any]], environment: Dict[str, Any], command: 
         f'<h2>Rows</h2><div class="wrap"><table class="rows"><thead><tr>{head}</tr></thead>'
         f"<tbody>{table}</tbody></table></div>"
         "<h2>Plots</h2><p>Solid: the reference; dashed: the subject. Rows that are identical bit for bit "
-        "are folded to one line each.</p>"
-        + "".join(figure for figure in figures if figure)
-        + "</body></html>\n"
+        "are folded to one line each.</p>" + "".join(figure for figure in figures if figure) + "</body></html>\n"
     )
 
 
-def write_reports(out: pathlib.Path, rows: List[Dict[str, Any]], environment: Dict[str, Any],
-                  command: str) -> Dict[str, Any]:
+def write_reports(
+    out: pathlib.Path, rows: List[Dict[str, Any]], environment: Dict[str, Any], command: str
+) -> Dict[str, Any]:
     """Write :data:`REPORT_FILES` under ``out``; return the JSON."""
     out.mkdir(parents=True, exist_ok=True)
-    data = {"version": 1, "command": command, "environment": environment,
-            "summary": _summary(rows), "rows": rows}
+    data = {"version": 1, "command": command, "environment": environment, "summary": _summary(rows), "rows": rows}
     validate_report(data)
     docs = pathlib.Path(os.path.relpath(DOCS, out.resolve())).as_posix()
     (out / "report.json").write_text(json.dumps(data, indent=1, allow_nan=True) + "\n", encoding="utf-8")
     (out / "report.md").write_text(_markdown(rows, environment, command), encoding="utf-8")
     (out / "report.html").write_text(_html(rows, environment, command, docs), encoding="utf-8")
     return data
-

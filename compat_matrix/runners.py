@@ -80,8 +80,15 @@ def _resumed(scenario: Scenario, scaler, make: Callable[[], Any], roundpipe_side
         entry = apex_entries(apex_state, num_losses=1)[0]
     else:  # the torch reference reads the apex entry by hand
         entry = apex_state["loss_scaler0"]
-    fresh.load_state_dict({"scale": entry["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5,
-                           "growth_interval": scenario.growth_interval, "_growth_tracker": entry["unskipped"]})
+    fresh.load_state_dict(
+        {
+            "scale": entry["loss_scale"],
+            "growth_factor": 2.0,
+            "backoff_factor": 0.5,
+            "growth_interval": scenario.growth_interval,
+            "_growth_tracker": entry["unskipped"],
+        }
+    )
     fresh.set_growth_interval(scenario.growth_interval)
     return fresh
 
@@ -94,7 +101,8 @@ class _Masters:
         self.low = scenario.model_dtype != torch.float32
         self.params = (
             [torch.nn.Parameter(p.detach().float().clone()) for p in self.model_params]
-            if self.low else self.model_params
+            if self.low
+            else self.model_params
         )
 
     def grads_to_masters(self) -> None:
@@ -178,8 +186,9 @@ def run_roundpipe(scenario: Scenario, device: str, is_async: bool) -> Trace:
     """``RoundPipe`` + ``roundpipe.GradScaler``: exact (synchronous) or asynchronous."""
     net = make_model(scenario, device)
     optim_dtype = torch.float32 if scenario.model_dtype != torch.float32 else None
-    model = RoundPipe(net, optim_dtype=optim_dtype,
-                      model_run_config=RoundPipeRunConfig(num_microbatch=scenario.microbatches))
+    model = RoundPipe(
+        net, optim_dtype=optim_dtype, model_run_config=RoundPipeRunConfig(num_microbatch=scenario.microbatches)
+    )
     copies = list(model.optim_parameters())
     optimizers = make_optimizers(scenario, copies)
     make = lambda: GradScaler(scenario.init_scale, growth_interval=scenario.growth_interval)  # noqa: E731
@@ -237,8 +246,10 @@ def run_async_reference(scenario: Scenario, device: str) -> Trace:
     """Staleness 1 + the lagged scale, with plain torch ops only (no roundpipe code)."""
     model = make_model(scenario, device)
     model_params = list(model.parameters())
-    masters = [torch.nn.Parameter(p.detach().to(torch.float32 if scenario.model_dtype != torch.float32 else p.dtype).clone())
-               for p in model_params]
+    masters = [
+        torch.nn.Parameter(p.detach().to(torch.float32 if scenario.model_dtype != torch.float32 else p.dtype).clone())
+        for p in model_params
+    ]
     optimizers = make_optimizers(scenario, masters)
     rule = _LaggedScale(scenario)
     trace = Trace()
@@ -293,8 +304,13 @@ def run_async_reference(scenario: Scenario, device: str) -> Trace:
         trace.losses.append(loss.item())
         trace.params.append(_snapshot(model.parameters()))
     trace.optimizer_state = _optimizer_tensors(optimizers)
-    trace.scaler_state = {"scale": rule.scale, "growth_factor": 2.0, "backoff_factor": 0.5,
-                          "growth_interval": rule.interval, "_growth_tracker": rule.tracker}
+    trace.scaler_state = {
+        "scale": rule.scale,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": rule.interval,
+        "_growth_tracker": rule.tracker,
+    }
     return trace
 
 
@@ -310,7 +326,9 @@ def apex_unavailable_reason(device: str) -> Optional[str]:
 
 
 RUNNERS: Dict[str, Callable[[Scenario, str], Trace]] = {
-    "torch": lambda s, d: run_plain(s, d, lambda: torch.amp.GradScaler(d, s.init_scale, growth_interval=s.growth_interval), False),
+    "torch": lambda s, d: run_plain(
+        s, d, lambda: torch.amp.GradScaler(d, s.init_scale, growth_interval=s.growth_interval), False
+    ),
     "dropin": lambda s, d: run_plain(s, d, lambda: GradScaler(s.init_scale, growth_interval=s.growth_interval), True),
     "exact": lambda s, d: run_roundpipe(s, d, is_async=False),
     "async": lambda s, d: run_roundpipe(s, d, is_async=True),

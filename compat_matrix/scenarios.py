@@ -47,30 +47,66 @@ def _pattern(steps: int, marks: Dict[int, str]) -> Tuple:
 
 SCENARIOS: List[Scenario] = [
     Scenario("clean", "no overflow; steady training", faults=()),
-    Scenario("forced_overflow", "inf gradients on chosen steps: backoff and skipped steps",
-             faults=_pattern(12, {2: "inf", 3: "inf", 7: "nan"})),
+    Scenario(
+        "forced_overflow",
+        "inf gradients on chosen steps: backoff and skipped steps",
+        faults=_pattern(12, {2: "inf", 3: "inf", 7: "nan"}),
+    ),
     Scenario("growth", "growth every 2 clean steps", growth_interval=2, init_scale=1.0),
     Scenario("nan_loss", "a NaN loss on one step", nan_loss_steps=(4,)),
-    Scenario("clipping", "unscale_ then clip_grad_norm_ before step", clip=0.5,
-             faults=_pattern(12, {5: "inf"})),
-    Scenario("accumulation", "gradient accumulation over 2 micro-steps", accumulate=2, steps=16,
-             faults=_pattern(16, {5: "inf"})),
-    Scenario("two_optimizers", "two optimizers on one scaler", optimizer="two",
-             faults=_pattern(12, {6: "inf"})),
-    Scenario("fused_adam", "torch's fused Adam through the fused-optimizer protocol",
-             optimizer="fused_adam", faults=_pattern(12, {4: "nan"})),
-    Scenario("fp16_master_weights", "fp16 model, fp32 master weights (apex O2 style)",
-             model_dtype=torch.float16, optimizer="adamw", faults=_pattern(12, {3: "inf"})),
-    Scenario("bf16_autocast", "bf16 autocast around forward and loss", autocast=torch.bfloat16,
-             faults=_pattern(12, {6: "inf"})),
-    Scenario("fp16_autocast", "fp16 autocast around forward and loss", autocast=torch.float16,
-             faults=_pattern(12, {6: "inf"})),
-    Scenario("resume_torch_format", "checkpoint after 6 steps, resume from a torch-format state dict",
-             resume_at=6, faults=_pattern(12, {3: "inf", 8: "inf"})),
-    Scenario("resume_apex_format", "checkpoint after 6 steps, resume from an apex amp.state_dict()",
-             resume_at=6, resume_format="apex", faults=_pattern(12, {3: "inf", 8: "inf"})),
-    Scenario("microbatches", "RoundPipe with 2 microbatches against the full batch",
-             microbatches=2, faults=_pattern(12, {5: "inf"})),
+    Scenario("clipping", "unscale_ then clip_grad_norm_ before step", clip=0.5, faults=_pattern(12, {5: "inf"})),
+    Scenario(
+        "accumulation",
+        "gradient accumulation over 2 micro-steps",
+        accumulate=2,
+        steps=16,
+        faults=_pattern(16, {5: "inf"}),
+    ),
+    Scenario("two_optimizers", "two optimizers on one scaler", optimizer="two", faults=_pattern(12, {6: "inf"})),
+    Scenario(
+        "fused_adam",
+        "torch's fused Adam through the fused-optimizer protocol",
+        optimizer="fused_adam",
+        faults=_pattern(12, {4: "nan"}),
+    ),
+    Scenario(
+        "fp16_master_weights",
+        "fp16 model, fp32 master weights (apex O2 style)",
+        model_dtype=torch.float16,
+        optimizer="adamw",
+        faults=_pattern(12, {3: "inf"}),
+    ),
+    Scenario(
+        "bf16_autocast",
+        "bf16 autocast around forward and loss",
+        autocast=torch.bfloat16,
+        faults=_pattern(12, {6: "inf"}),
+    ),
+    Scenario(
+        "fp16_autocast",
+        "fp16 autocast around forward and loss",
+        autocast=torch.float16,
+        faults=_pattern(12, {6: "inf"}),
+    ),
+    Scenario(
+        "resume_torch_format",
+        "checkpoint after 6 steps, resume from a torch-format state dict",
+        resume_at=6,
+        faults=_pattern(12, {3: "inf", 8: "inf"}),
+    ),
+    Scenario(
+        "resume_apex_format",
+        "checkpoint after 6 steps, resume from an apex amp.state_dict()",
+        resume_at=6,
+        resume_format="apex",
+        faults=_pattern(12, {3: "inf", 8: "inf"}),
+    ),
+    Scenario(
+        "microbatches",
+        "RoundPipe with 2 microbatches against the full batch",
+        microbatches=2,
+        faults=_pattern(12, {5: "inf"}),
+    ),
 ]
 
 
@@ -127,4 +163,3 @@ def autocast_context(scenario: Scenario, device: str):
     if scenario.autocast is None:
         return torch.autocast(device_type=device, enabled=False)
     return torch.autocast(device_type=device, dtype=scenario.autocast)
-

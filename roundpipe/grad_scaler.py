@@ -45,12 +45,10 @@ from .scaling import (
 __all__ = ["GradScaler", "OptState"]
 
 _NEW_SCALE_REASON = (
-    "new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
-    "torch.FloatTensor with requires_grad=False."
+    "new_scale should be a float or a 1-element torch.cuda.FloatTensor or torch.FloatTensor with requires_grad=False."
 )
 _PICKLE_MID_ITERATION = (
-    "A GradScaler instance may only be pickled at the beginning of an iteration, "
-    "or at the end after scaler.update()."
+    "A GradScaler instance may only be pickled at the beginning of an iteration, or at the end after scaler.update()."
 )
 _NO_INF_CHECKS = "No inf checks were recorded prior to update."
 _SETTINGS = ("_growth_factor", "_backoff_factor", "_growth_interval")
@@ -103,9 +101,7 @@ class _Iteration:
         was waited for (its states are final): the list is computed once and kept."""
         if self._found_infs is None:
             self._found_infs = [
-                found_inf
-                for state in self.states.values()
-                for found_inf in state["found_inf_per_device"].values()
+                found_inf for state in self.states.values() for found_inf in state["found_inf_per_device"].values()
             ]
         return self._found_infs
 
@@ -186,8 +182,7 @@ class GradScaler(torch.amp.GradScaler):
         if self._enabled and device is not None and torch.device(device).type == "cuda":
             if not torch.cuda.is_available():
                 warnings.warn(
-                    "roundpipe.GradScaler is enabled for device 'cuda', but CUDA is not "
-                    "available.  Disabling."
+                    "roundpipe.GradScaler is enabled for device 'cuda', but CUDA is not available.  Disabling."
                 )
                 self._enabled = False
         self._init_scale = init_scale
@@ -384,9 +379,7 @@ class GradScaler(torch.amp.GradScaler):
         if self._growth_tracker is not None:
             raise AssertionError("_growth_tracker initialized before _scale")
         self._scale = torch.full((), self._init_scale, dtype=torch.float32, device=dev)
-        self._growth_tracker = torch.full(
-            (), self._init_growth_tracker, dtype=torch.int32, device=dev
-        )
+        self._growth_tracker = torch.full((), self._init_growth_tracker, dtype=torch.int32, device=dev)
 
     # ---------------------------------------------------------------------- unscale_()
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
@@ -411,9 +404,7 @@ class GradScaler(torch.amp.GradScaler):
         scale = self._require_scale(record, "unscale_")
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.UNSCALED:
-            raise RuntimeError(
-                "unscale_() has already been called on this optimizer since the last update()."
-            )
+            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
         state["found_inf_per_device"] = unscale_grads_(
@@ -440,13 +431,9 @@ class GradScaler(torch.amp.GradScaler):
             return optimizer.step(*args, **kwargs)
         if "closure" in kwargs:
             raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
-        return self._run_on_optimizer_thread(
-            "GradScaler.step()", self._step_inline, optimizer, args, kwargs
-        )
+        return self._run_on_optimizer_thread("GradScaler.step()", self._step_inline, optimizer, args, kwargs)
 
-    def _step_inline(
-        self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict
-    ) -> Optional[Any]:
+    def _step_inline(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> Optional[Any]:
         record = self._caller_iteration()
         scale = self._require_scale(record, "step")
         state = record.states[id(optimizer)]
@@ -497,8 +484,7 @@ class GradScaler(torch.amp.GradScaler):
         if state["stage"] is OptState.READY:
             self._check_inf_in(record, optimizer)
         found_inf: Any = sum(
-            found_inf.to(scale.device, non_blocking=True)
-            for found_inf in state["found_inf_per_device"].values()
+            found_inf.to(scale.device, non_blocking=True) for found_inf in state["found_inf_per_device"].values()
         )
         if state["stage"] is OptState.UNSCALED:
             optimizer.grad_scale = getattr(optimizer, "grad_scale", None)  # type: ignore[attr-defined]
@@ -558,12 +544,7 @@ class GradScaler(torch.amp.GradScaler):
         current.end_seq = end_seq
         current.new_scale = override
         self._current = _Iteration(end_seq)
-        if (
-            is_async
-            and override is None
-            and self._records[0] is current
-            and end_seq <= optim_stream.waited_seq()
-        ):
+        if is_async and override is None and self._records[0] is current and end_seq <= optim_stream.waited_seq():
             # The plain loop: nothing earlier is pending and this iteration's work was
             # waited for, so its result applies now and the record retires at once (what
             # _apply_ready_records would do, without its bookkeeping).
@@ -751,8 +732,7 @@ class GradScaler(torch.amp.GradScaler):
             return
         if len(state_dict) == 0:
             raise RuntimeError(
-                "The source state dict is empty, possibly because it was saved from a "
-                "disabled instance of GradScaler."
+                "The source state dict is empty, possibly because it was saved from a disabled instance of GradScaler."
             )
         pending = _checked_pending(state_dict.get("_pending_found_inf", []))
         optim_stream.synchronize("GradScaler.load_state_dict()")
@@ -789,9 +769,15 @@ class GradScaler(torch.amp.GradScaler):
         state = {
             name: getattr(self, name)
             for name in (
-                "_device", "_enabled", "_init_scale", "_init_growth_tracker",
-                "_growth_factor", "_backoff_factor", "_growth_interval",
-                "_min_scale", "_max_scale",
+                "_device",
+                "_enabled",
+                "_init_scale",
+                "_init_growth_tracker",
+                "_growth_factor",
+                "_backoff_factor",
+                "_growth_interval",
+                "_min_scale",
+                "_max_scale",
             )
         }
         if self._enabled:
@@ -831,9 +817,7 @@ class GradScaler(torch.amp.GradScaler):
         if self._scale is None:
             raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
         if self._growth_tracker is None:
-            raise AssertionError(
-                f"Attempted {funcname} but _growth_tracker is None.  {_FIX_HINT}"
-            )
+            raise AssertionError(f"Attempted {funcname} but _growth_tracker is None.  {_FIX_HINT}")
         return self._scale, self._growth_tracker
 
     def _found_inf_per_device(self, optimizer: torch.optim.Optimizer) -> FoundInfPerDevice:
@@ -843,13 +827,9 @@ class GradScaler(torch.amp.GradScaler):
         """Record inf/NaN per device without unscaling (fp16 allowed); caller's thread."""
         return self._check_inf_in(self._caller_iteration(), optimizer)
 
-    def _check_inf_in(
-        self, record: _Iteration, optimizer: torch.optim.Optimizer
-    ) -> FoundInfPerDevice:
+    def _check_inf_in(self, record: _Iteration, optimizer: torch.optim.Optimizer) -> FoundInfPerDevice:
         scale = self._require_scale(record, "_check_inf_per_device")
-        found = unscale_grads_(
-            optimizer.param_groups, torch.ones_like(scale), allow_fp16=True
-        )
+        found = unscale_grads_(optimizer.param_groups, torch.ones_like(scale), allow_fp16=True)
         record.states[id(optimizer)]["found_inf_per_device"] = found
         return found
 
@@ -880,10 +860,7 @@ def _new_locks_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_in_child)
 
-_FIX_HINT = (
-    "This may indicate your script did not use scaler.scale(loss or outputs) earlier "
-    "in the iteration."
-)
+_FIX_HINT = "This may indicate your script did not use scaler.scale(loss or outputs) earlier in the iteration."
 
 
 def _check_bounds(min_scale: Optional[float], max_scale: Optional[float]) -> None:
@@ -902,31 +879,19 @@ def _checked_pending(pending: Any) -> List[float]:
     to 0 for a long list), so they are refused before the load changes anything.
     """
     if not isinstance(pending, (list, tuple)):
-        raise ValueError(
-            f"_pending_found_inf must be a list, got {type(pending).__name__}: {pending!r}"
-        )
+        raise ValueError(f"_pending_found_inf must be a list, got {type(pending).__name__}: {pending!r}")
     if len(pending) > 1:
         raise ValueError(
             f"_pending_found_inf holds {len(pending)} results; a GradScaler state dict has "
             "at most one (the update lags by one iteration)"
         )
     for value in pending:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ValueError(
-                "_pending_found_inf entries are found-inf counts (finite numbers >= 0), "
-                f"got {value!r}"
-            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"_pending_found_inf entries are found-inf counts (finite numbers >= 0), got {value!r}")
     return [float(value) for value in pending]
 
 
-def _copied_new_scale(
-    new_scale: Union[float, int, torch.Tensor], scale: torch.Tensor
-) -> torch.Tensor:
+def _copied_new_scale(new_scale: Union[float, int, torch.Tensor], scale: torch.Tensor) -> torch.Tensor:
     """Validate ``update(new_scale)`` as torch does (Python ints accepted) and copy it."""
     if isinstance(new_scale, (float, int)) and not isinstance(new_scale, bool):
         return torch.full((), float(new_scale), dtype=torch.float32, device=scale.device)

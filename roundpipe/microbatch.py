@@ -49,10 +49,7 @@ def _first_batch_size(leaves: Sequence[Any]) -> Optional[int]:
 
 def _split_leaves(leaves: Sequence[Any], count: int, should_split: Callable[[Any], bool]):
     """Per leaf: ``count`` chunks (split) or the leaf repeated ``count`` times."""
-    return [
-        torch.tensor_split(leaf, count) if should_split(leaf) else [leaf] * count
-        for leaf in leaves
-    ]
+    return [torch.tensor_split(leaf, count) if should_split(leaf) else [leaf] * count for leaf in leaves]
 
 
 def _chunk_spec_split(args: tuple, kwargs: dict, count: int, spec: Any) -> Chunks:
@@ -92,9 +89,7 @@ def split_inputs(
         arg_chunks, kwarg_chunks = _chunk_spec_split(args, kwargs, count, spec)
         return list(arg_chunks), list(kwarg_chunks), batch
     arg_split = _split_leaves(arg_leaves, count, _is_batched)
-    kwarg_split = _split_leaves(
-        kwarg_leaves, count, lambda leaf: _is_batched(leaf) and leaf.shape[0] == batch
-    )
+    kwarg_split = _split_leaves(kwarg_leaves, count, lambda leaf: _is_batched(leaf) and leaf.shape[0] == batch)
     arg_chunks = [tree_unflatten([s[i] for s in arg_split], arg_tree) for i in range(count)]
     kwarg_chunks = [tree_unflatten([s[i] for s in kwarg_split], kwarg_tree) for i in range(count)]
     return arg_chunks, kwarg_chunks, batch
@@ -105,9 +100,7 @@ def split_label(label: Any, count: int, batch: Optional[int], spec: Any = None) 
     if callable(spec):
         parts = list(spec(label, count))
         if len(parts) != count:
-            raise ValueError(
-                f"split_label function returned {len(parts)} labels for {count} microbatches"
-            )
+            raise ValueError(f"split_label function returned {len(parts)} labels for {count} microbatches")
         return parts
     if count == 1:
         return [label]
@@ -132,9 +125,7 @@ def _merge_leaf(values: List[Any]) -> Any:
             return torch.stack(values).mean(dim=0)
         return torch.cat(values, dim=0)
     if any(value != first for value in values[1:]):
-        raise ValueError(
-            f"cannot merge microbatch outputs: non-tensor values differ ({values!r})"
-        )
+        raise ValueError(f"cannot merge microbatch outputs: non-tensor values differ ({values!r})")
     return first
 
 

@@ -264,11 +264,7 @@ class _OptimizerStream:
         self._check_launcher(fn)
         _run_launch_hooks()
         with self._cond:
-            idle = (
-                self._running is None
-                and self._completed == self._launched
-                and self._failure is None
-            )
+            idle = self._running is None and self._completed == self._launched and self._failure is None
             if idle:
                 self._launched += 1
                 job = Job(self._launched, fn, args, {})
@@ -305,8 +301,7 @@ class _OptimizerStream:
     def wait(self, seq: int, reason: str) -> None:
         if self.is_worker():
             raise RuntimeError(
-                f"cannot wait for the optimizer stream ({reason}) from the optimizer "
-                "thread: it would wait for itself"
+                f"cannot wait for the optimizer stream ({reason}) from the optimizer thread: it would wait for itself"
             )
         if self._lost is not None and seq > self._completed:
             raise RuntimeError(f"cannot wait for {reason}: {self._lost}")
@@ -315,9 +310,7 @@ class _OptimizerStream:
                 while self._completed < seq:
                     self._cond.wait(_POLL_SECONDS)
                     if self._completed < seq and not self._worker_alive():
-                        raise RuntimeError(
-                            f"the optimizer thread has died while waiting for {reason}"
-                        )
+                        raise RuntimeError(f"the optimizer thread has died while waiting for {reason}")
                 self._waited = max(self._waited, seq)
                 failure = self._failure
                 if failure is not None and failure[0].seq <= seq:
@@ -361,10 +354,7 @@ class _OptimizerStream:
         frame = sys._current_frames().get(ident or -1)
         where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)\n"
         doing = f"running {running!r}" if running is not None else "idle"
-        return (
-            f"Interrupted while waiting for {reason}. The {THREAD_NAME} thread is {doing}; "
-            f"its stack:\n{where}"
-        )
+        return f"Interrupted while waiting for {reason}. The {THREAD_NAME} thread is {doing}; its stack:\n{where}"
 
     def current_job(self) -> Optional[Job]:
         running = self._running
@@ -379,9 +369,10 @@ class _OptimizerStream:
     def finished_within(self, seq: int, seconds: float) -> bool:
         """Whether job ``seq`` finishes within ``seconds`` (does not deliver errors)."""
         with self._cond:
-            return self._cond.wait_for(
-                lambda: self._completed >= seq or not self._worker_alive(), seconds
-            ) and self._completed >= seq
+            return (
+                self._cond.wait_for(lambda: self._completed >= seq or not self._worker_alive(), seconds)
+                and self._completed >= seq
+            )
 
     def describe_unfinished(self) -> str:
         with self._cond:
@@ -495,14 +486,16 @@ def _drain_at_exit() -> None:
     reason = f"optimizer job {seq}, the last one queued, at interpreter exit"
     try:
         if not stream.finished_within(seq, patience):
-            print(f"roundpipe: waiting for {stream.describe_unfinished()} to finish before "
-                  "exiting; press Ctrl-C to stop waiting", file=sys.stderr)
+            print(
+                f"roundpipe: waiting for {stream.describe_unfinished()} to finish before "
+                "exiting; press Ctrl-C to stop waiting",
+                file=sys.stderr,
+            )
         stream.wait(seq, reason)
     except KeyboardInterrupt as interrupt:
         notes = getattr(interrupt, "__notes__", None) or [stream._describe_worker(reason)]
         print("\n".join(notes), file=sys.stderr)
-        print("roundpipe: interrupted at exit; the unfinished optimizer work was abandoned",
-              file=sys.stderr)
+        print("roundpipe: interrupted at exit; the unfinished optimizer work was abandoned", file=sys.stderr)
         _leave(130)
     except BaseException:  # noqa: BLE001 - report, never raise during shutdown
         print("roundpipe: optimizer work failed and nobody waited for it:", file=sys.stderr)

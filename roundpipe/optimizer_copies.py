@@ -60,9 +60,7 @@ class OptimizerCopies:
         """``(name, copy)`` for every trainable parameter, named as in the wrapped module
         under ``prefix`` (tied parameters once, unless ``remove_duplicate`` is False)."""
         copy_of = self._ensure()
-        for name, param in self._module.named_parameters(
-            prefix=prefix, remove_duplicate=remove_duplicate
-        ):
+        for name, param in self._module.named_parameters(prefix=prefix, remove_duplicate=remove_duplicate):
             copy = copy_of.get(param)
             if copy is not None:
                 yield name, copy
@@ -153,10 +151,7 @@ class OptimizerCopies:
         if self._copy_of is None:
             return
         by_name = dict(self._module.named_parameters())
-        self._pairs = [
-            (by_name.get(name, param), copy)
-            for name, (param, copy) in zip(self._names, self._pairs)
-        ]
+        self._pairs = [(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)]
         self._copy_of = dict(self._pairs)
         with torch.no_grad():
             torch._foreach_copy_([c for _, c in self._pairs], [p for p, _ in self._pairs])

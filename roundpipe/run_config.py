@@ -77,9 +77,7 @@ class RoundPipeRunConfig:
         self.execute_plan = copy.deepcopy(execute_plan)
 
     def __repr__(self) -> str:
-        set_fields = ", ".join(
-            f"{name}={getattr(self, name)!r}" for name in _FIELDS if getattr(self, name) is not None
-        )
+        set_fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS if getattr(self, name) is not None)
         return f"RoundPipeRunConfig({set_fields})"
 
 

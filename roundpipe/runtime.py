@@ -108,9 +108,7 @@ class RoundPipe(nn.Module):
             raise TypeError(f"RoundPipe wraps an nn.Module, got {type(model).__name__}")
         if pin_model not in _PIN_MODES:
             raise ValueError(f"pin_model must be one of {_PIN_MODES}, got {pin_model!r}")
-        if optim_dtype is not None and not (
-            isinstance(optim_dtype, torch.dtype) and optim_dtype.is_floating_point
-        ):
+        if optim_dtype is not None and not (isinstance(optim_dtype, torch.dtype) and optim_dtype.is_floating_point):
             raise TypeError(f"optim_dtype must be a floating torch.dtype, got {optim_dtype!r}")
         super().__init__()
         self.model = model
@@ -180,7 +178,8 @@ class RoundPipe(nn.Module):
                 "mode is disabled (torch.no_grad() / inference_mode())"
             )
         arg_chunks, kwarg_chunks, _ = split_inputs(
-            args, kwargs,
+            args,
+            kwargs,
             self._config(roundpipe_run_config, "num_microbatch"),
             self._config(roundpipe_run_config, "split_input"),
         )
@@ -217,13 +216,13 @@ class RoundPipe(nn.Module):
         """
         if not torch.is_grad_enabled():
             raise RuntimeError(
-                "RoundPipe.forward_backward needs grad mode, but it was called under "
-                "torch.no_grad() / inference_mode()"
+                "RoundPipe.forward_backward needs grad mode, but it was called under torch.no_grad() / inference_mode()"
             )
         if not self._config(run_config, "requires_grad"):
             raise RuntimeError("RoundPipe.forward_backward needs requires_grad=True in the run config")
         arg_chunks, kwarg_chunks, batch = split_inputs(
-            input_args, input_kwargs,
+            input_args,
+            input_kwargs,
             self._config(run_config, "num_microbatch"),
             self._config(run_config, "split_input"),
         )

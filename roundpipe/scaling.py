@@ -52,15 +52,11 @@ def _gradients_to_unscale(
     Validation happens for every parameter before any kernel runs, so a rejected fp16
     gradient leaves every gradient untouched (torch's behaviour).
     """
-    groups: Dict[torch.device, Dict[torch.dtype, List[torch.Tensor]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
+    groups: Dict[torch.device, Dict[torch.dtype, List[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
     for group in param_groups:
         for param in group["params"]:
             if not isinstance(param, torch.Tensor):
-                raise AssertionError(
-                    f"expected param to be torch.Tensor, got {type(param).__name__}"
-                )
+                raise AssertionError(f"expected param to be torch.Tensor, got {type(param).__name__}")
             grad = param.grad
             if grad is None:
                 continue
@@ -107,9 +103,7 @@ def unscale_grads_(
             found_inf = torch.zeros((), dtype=torch.float32, device=device)
             device_inv_scale = inv_scale.to(device, non_blocking=True)
             for grads in per_dtype.values():
-                torch._amp_foreach_non_finite_check_and_unscale_(
-                    grads, found_inf, device_inv_scale
-                )
+                torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, device_inv_scale)
             found_inf_per_device[device] = found_inf
     return found_inf_per_device
 
@@ -151,8 +145,6 @@ def update_scale_(
 
     No host sync on any device.
     """
-    torch._amp_update_scale_(
-        scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval
-    )
+    torch._amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval)
     if min_scale is not None or max_scale is not None:
         scale.clamp_(min=min_scale, max=max_scale)

@@ -31,7 +31,7 @@ import torch
 from migrate.engine import migrate_source
 from upstream_api import check_program
 
-PRELUDE = '''
+PRELUDE = """
 import torch
 import torch.nn as nn
 torch.manual_seed(0)
@@ -40,9 +40,11 @@ criterion = nn.MSELoss()
 data = [(torch.randn(12, 6), torch.randn(12, 3) * (3000.0 if i == OVERFLOW_AT else 1.0))
         for i in range(6)]
 LOSSES = []
-'''
+"""
 
-APEX = PRELUDE + '''
+APEX = (
+    PRELUDE
+    + """
 from apex import amp
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 model, optimizer = amp.initialize(model, optimizer, verbosity=0, {settings})
@@ -55,9 +57,12 @@ for inputs, targets in data:
     torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
     optimizer.step()
     LOSSES.append(loss.item())
-'''
+"""
+)
 
-PLAIN = PRELUDE + '''
+PLAIN = (
+    PRELUDE
+    + """
 import roundpipe
 NUM_MICROBATCH = 1
 {cast}
@@ -80,15 +85,16 @@ for inputs, targets in data:
     model.step(_step_fn{step_suffix})
     amp_scaler.update()
     LOSSES.append(loss.item())
-'''
+"""
+)
 
-CAST_O2 = '''
+CAST_O2 = """
 for _module in model.modules():  # apex O2: float16 weights; affine batchnorm stays float32
     if not (isinstance(_module, nn.modules.batchnorm._BatchNorm) and _module.affine):
         for _tensor in [*_module.parameters(recurse=False), *_module.buffers(recurse=False)]:
             if _tensor.is_floating_point():
                 _tensor.data = _tensor.data.half()
-'''
+"""
 
 DYNAMIC = "roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)"
 
@@ -108,24 +114,42 @@ class Recipe:
 
 
 RECIPES: Dict[str, Recipe] = {
-    "O0": Recipe('opt_level="O0"', "model.float()", "", "roundpipe.GradScaler(enabled=False)",
-                 "inputs.float()", "output.float()"),
-    "O1": Recipe('opt_level="O1"', "", "", DYNAMIC, "inputs", "output",
-                 autocast="torch.autocast(device_type)"),
-    "O2": Recipe('opt_level="O2"', CAST_O2, "optim_dtype=torch.float32, ", DYNAMIC,
-                 "inputs.half()", "output.float()"),
-    "O2-static": Recipe('opt_level="O2", loss_scale=128.0', CAST_O2, "optim_dtype=torch.float32, ",
-                        "roundpipe.GradScaler(init_scale=128.0, growth_interval=2**31 - 1)",
-                        "inputs.half()", "output.float()", overflow_at=-1),
-    "O3": Recipe('opt_level="O3"', "model.half()", "", "roundpipe.GradScaler(enabled=False)",
-                 "inputs.half()", "output.float()", overflow_at=-1),
+    "O0": Recipe(
+        'opt_level="O0"', "model.float()", "", "roundpipe.GradScaler(enabled=False)", "inputs.float()", "output.float()"
+    ),
+    "O1": Recipe('opt_level="O1"', "", "", DYNAMIC, "inputs", "output", autocast="torch.autocast(device_type)"),
+    "O2": Recipe('opt_level="O2"', CAST_O2, "optim_dtype=torch.float32, ", DYNAMIC, "inputs.half()", "output.float()"),
+    "O2-static": Recipe(
+        'opt_level="O2", loss_scale=128.0',
+        CAST_O2,
+        "optim_dtype=torch.float32, ",
+        "roundpipe.GradScaler(init_scale=128.0, growth_interval=2**31 - 1)",
+        "inputs.half()",
+        "output.float()",
+        overflow_at=-1,
+    ),
+    "O3": Recipe(
+        'opt_level="O3"',
+        "model.half()",
+        "",
+        "roundpipe.GradScaler(enabled=False)",
+        "inputs.half()",
+        "output.float()",
+        overflow_at=-1,
+    ),
 }
 
 
 def _plain(recipe: Recipe, exact: bool) -> str:
-    source = PLAIN.format(cast=recipe.cast, optim_dtype=recipe.optim_dtype, scaler=recipe.scaler,
-                          inputs=recipe.inputs, output=recipe.output, autocast=recipe.autocast,
-                          step_suffix=", is_async=False" if exact else "")
+    source = PLAIN.format(
+        cast=recipe.cast,
+        optim_dtype=recipe.optim_dtype,
+        scaler=recipe.scaler,
+        inputs=recipe.inputs,
+        output=recipe.output,
+        autocast=recipe.autocast,
+        step_suffix=", is_async=False" if exact else "",
+    )
     return "import contextlib\n" + source.replace("OVERFLOW_AT", str(recipe.overflow_at))
 
 
@@ -143,8 +167,7 @@ def _run(source: str, tmp_path: Path, name: str) -> Dict[str, Any]:
     namespace = runpy.run_path(str(path), run_name="__main__")
     namespace["model"].synchronize()
     weights = [p.detach().clone() for p in namespace["model"].model.parameters()]
-    return {"losses": namespace["LOSSES"], "weights": weights,
-            "scale": namespace["amp_scaler"].get_scale()}
+    return {"losses": namespace["LOSSES"], "weights": weights, "scale": namespace["amp_scaler"].get_scale()}
 
 
 def _same_bits(a: List[torch.Tensor], b: List[torch.Tensor]) -> bool:
@@ -155,10 +178,10 @@ def _same_bits(a: List[torch.Tensor], b: List[torch.Tensor]) -> bool:
 CASES = [(level, False) for level in RECIPES] + [("O1", True), ("O2", True)]
 
 
-@pytest.mark.parametrize("level, exact", CASES,
-                         ids=[f"{level}-{'exact' if exact else 'default'}" for level, exact in CASES])
-def test_plain_recipe_computes_what_the_compat_migration_computes(level: str, exact: bool,
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "level, exact", CASES, ids=[f"{level}-{'exact' if exact else 'default'}" for level, exact in CASES]
+)
+def test_plain_recipe_computes_what_the_compat_migration_computes(level: str, exact: bool, tmp_path: Path) -> None:
     recipe = RECIPES[level]
     compat = _run(_compat(recipe, exact), tmp_path, "compat.py")
     plain = _run(_plain(recipe, exact), tmp_path, "plain.py")

@@ -68,7 +68,7 @@ def _chunked_forward(net: torch.nn.Module, x: torch.Tensor, pieces: int) -> torc
 def _micro_steps(setup: Setup):
     data = make_data(len(setup.faults) * setup.accumulation)
     for k, fault in enumerate(setup.faults):
-        yield fault, data[k * setup.accumulation:(k + 1) * setup.accumulation]
+        yield fault, data[k * setup.accumulation : (k + 1) * setup.accumulation]
 
 
 def torch_loop(setup: Setup) -> Trace:
@@ -226,7 +226,7 @@ def test_synchronize_between_backward_and_step_keeps_the_gradients():
     opt = OPTIMIZERS["adamw"](model.optim_parameters())
     scaler = GradScaler(init_scale=INIT_SCALE, growth_interval=2)
     for _, micro in _micro_steps(setup):
-        (x, y), = micro
+        ((x, y),) = micro
         scaler.scale(loss_of(model(x), y)).backward()
         model.synchronize()
         model.synchronize()

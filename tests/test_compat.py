@@ -66,9 +66,12 @@ def train(model, optimizer, data, is_async: bool = True, run_config=RoundPipeRun
     scaler = amp.loss_scaler()
     losses = []
     for x, y in data:
-        loss = model.forward_backward(
-            input_args=(x,), label=y, loss_fn=scaled_cross_entropy(scaler), run_config=run_config
-        ) / scaler.get_scale()
+        loss = (
+            model.forward_backward(
+                input_args=(x,), label=y, loss_fn=scaled_cross_entropy(scaler), run_config=run_config
+            )
+            / scaler.get_scale()
+        )
 
         def step_fn():
             scaler.unscale_(optimizer)
@@ -343,9 +346,7 @@ F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
         ("O3", {"keep_batchnorm_fp32": True}, F16, F32, F16, False),
     ],
 )
-def test_levels_convert_models_and_copies(
-    level, overrides, model_dtype, bn_dtype, copy_dtype, scaler_enabled
-):
+def test_levels_convert_models_and_copies(level, overrides, model_dtype, bn_dtype, copy_dtype, scaler_enabled):
     net = make_net()
     opt = sgd(net.parameters())
     model, opt = initialize(net, opt, opt_level=level, **overrides)
@@ -353,8 +354,9 @@ def test_levels_convert_models_and_copies(
     assert linear.weight.dtype == net[-1].bias.dtype == model_dtype
     assert batchnorm.weight.dtype == batchnorm.running_mean.dtype == bn_dtype
     copies = list(model.optim_parameters())
-    assert all(c.dtype == (copy_dtype if p.dtype != torch.float32 else torch.float32)
-               for p, c in zip(net.parameters(), copies))
+    assert all(
+        c.dtype == (copy_dtype if p.dtype != torch.float32 else torch.float32) for p, c in zip(net.parameters(), copies)
+    )
     assert amp.loss_scaler().is_enabled() is scaler_enabled
 
 
@@ -485,9 +487,7 @@ class _InputProbe(nn.Module):
         self.seen = []
 
     def forward(self, x, extras, batch, name, count, mapping=None):
-        self.seen.append(
-            dict(x=x, extras=extras, batch=batch, name=name, count=count, mapping=mapping)
-        )
+        self.seen.append(dict(x=x, extras=extras, batch=batch, name=name, count=count, mapping=mapping))
         return self.lin(x), torch.zeros(x.shape[0], dtype=torch.int64)
 
 
@@ -639,9 +639,7 @@ class ApexLossScaler:
 
 
 # Growth windows, a run of overflows long enough to reach a floor, and isolated overflows.
-OVERFLOW_PATTERN = (
-    [False] * 10 + [True] * 5 + [False] * 3 + [True] + [False] * 7 + [True] + [False] * 3
-)
+OVERFLOW_PATTERN = [False] * 10 + [True] * 5 + [False] * 3 + [True] + [False] * 7 + [True] + [False] * 3
 
 
 @pytest.mark.parametrize(
@@ -653,14 +651,16 @@ OVERFLOW_PATTERN = (
     ],
 )
 @pytest.mark.parametrize("device", DEVICES)
-def test_dynamic_scale_sequence_equals_apexs(
-    min_loss_scale, max_loss_scale, start, extremes, device
-):
+def test_dynamic_scale_sequence_equals_apexs(min_loss_scale, max_loss_scale, start, extremes, device):
     window = 3
     net = make_net(batchnorm=False, device=device)
     model, opt = initialize(  # float32 throughout: only the forced steps overflow
-        net, sgd(net.parameters(), lr=0.01), opt_level="O1", patch_torch_functions=False,
-        min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale,
+        net,
+        sgd(net.parameters(), lr=0.01),
+        opt_level="O1",
+        patch_torch_functions=False,
+        min_loss_scale=min_loss_scale,
+        max_loss_scale=max_loss_scale,
     )
     scaler = amp.loss_scaler()
     scaler.set_growth_interval(window)  # apex's scale_window, 2000 by default
@@ -749,10 +749,14 @@ def test_round_trip_through_apex_format():
 
 def test_apex_entries_are_read_by_position():
     scaler = _dynamic_setup(num_losses=2)
-    amp.load_state_dict(OrderedDict([
-        ("loss_scaler1", {"loss_scale": 1024.0, "unskipped": 1}),
-        ("loss_scaler0", {"loss_scale": 2048.0, "unskipped": 2}),
-    ]))
+    amp.load_state_dict(
+        OrderedDict(
+            [
+                ("loss_scaler1", {"loss_scale": 1024.0, "unskipped": 1}),
+                ("loss_scaler0", {"loss_scale": 2048.0, "unskipped": 2}),
+            ]
+        )
+    )
     assert scaler.state_dict() == {"loss_scale": 1024.0, "unskipped": 1}
     assert amp.loss_scaler(1).state_dict() == {"loss_scale": 2048.0, "unskipped": 2}
 
@@ -761,17 +765,17 @@ def test_apex_load_warnings_and_unexpected_keys():
     scaler = _dynamic_setup()
     with pytest.warns(UserWarning, match="3 entries, while 1 loss scalers"):
         with pytest.warns(UserWarning, match="skipping loss_scaler"):
-            amp.load_state_dict({
-                "loss_scaler0": {"loss_scale": 512.0, "unskipped": 3},
-                "loss_scaler1": {"loss_scale": 8.0, "unskipped": 0},
-                "loss_scaler2": {"loss_scale": 8.0, "unskipped": 0},
-            })
+            amp.load_state_dict(
+                {
+                    "loss_scaler0": {"loss_scale": 512.0, "unskipped": 3},
+                    "loss_scaler1": {"loss_scale": 8.0, "unskipped": 0},
+                    "loss_scaler2": {"loss_scale": 8.0, "unskipped": 0},
+                }
+            )
     assert scaler.get_scale() == 512.0
     with pytest.warns(UserWarning, match="2 entries"):
         with pytest.raises(RuntimeError, match='Unexpected key.*"model"'):
-            amp.load_state_dict(
-                {"model": {}, "loss_scaler0": {"loss_scale": 256.0, "unskipped": 0}}
-            )
+            amp.load_state_dict({"model": {}, "loss_scaler0": {"loss_scale": 256.0, "unskipped": 0}})
     assert scaler.get_scale() == 256.0  # applied before the error, as apex
 
 
@@ -797,9 +801,7 @@ def test_checkpoint_of_a_migrated_loop_resumes(tmp_path):
     amp.loss_scaler().set_growth_interval(2)
     train(model, opt, make_data(5))
     path = tmp_path / "ckpt.pt"
-    torch.save(
-        {"model": net.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()}, path
-    )
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()}, path)
     checkpoint = torch.load(path)
     assert checkpoint["model"]["0.weight"].dtype == torch.float32
 
@@ -820,7 +822,10 @@ def test_roundpipe_gradscaler_is_a_torch_gradscaler_without_its_state():
     scaler = GradScaler(init_scale=8.0)
     assert issubclass(GradScaler, torch.amp.GradScaler) and isinstance(scaler, torch.amp.GradScaler)
     torch_names = {k for k in vars(torch.amp.GradScaler) if not k.startswith("__")} | {
-        "__init__", "__getstate__", "__setstate__"}
+        "__init__",
+        "__getstate__",
+        "__setstate__",
+    }
     assert all(name in vars(GradScaler) for name in torch_names)  # every method is ours
     assert "_per_optimizer_states" not in vars(scaler)  # torch's __init__ never ran
 
@@ -839,8 +844,7 @@ def test_roundpipe_gradscaler_is_a_torch_gradscaler_without_its_state():
 # ------------------------------------------- differences from apex that are kept (docs)
 def test_kept_difference_bf16_under_o2_trains_with_float32_masters():
     net = make_net(batchnorm=False)
-    model, opt = initialize(net, sgd(net.parameters(), lr=0.05), opt_level="O2",
-                            cast_model_type=torch.bfloat16)
+    model, opt = initialize(net, sgd(net.parameters(), lr=0.05), opt_level="O2", cast_model_type=torch.bfloat16)
     assert {p.dtype for p in net.parameters()} == {torch.bfloat16}
     assert {c.dtype for c in model.optim_parameters()} == {torch.float32}
     losses = train(model, opt, make_data(20))
@@ -869,13 +873,13 @@ def test_kept_difference_an_o2_resume_restores_the_optimizer_state_exactly():
 def test_kept_difference_o2_static_one_accumulates_the_float32_parameters_grads():
     """apex's O2 with loss_scale=1.0 keeps only the last block's grads of float32 (BatchNorm)
     parameters (commit 20d00ab1); compat accumulates them like every other gradient."""
+
     def batchnorm_grad(blocks: int) -> torch.Tensor:
         net = make_net()
         model, opt = initialize(net, sgd(net.parameters()), opt_level="O2", loss_scale=1.0)
         x, y = make_data()[0]
         for _ in range(blocks):
-            model.forward_backward(input_args=(x,), label=y,
-                                   loss_fn=scaled_cross_entropy(amp.loss_scaler()))
+            model.forward_backward(input_args=(x,), label=y, loss_fn=scaled_cross_entropy(amp.loss_scaler()))
         copy = dict(zip(net.parameters(), model.optim_parameters()))[net[1].weight]
         assert copy.dtype == net[1].weight.dtype == torch.float32
         return copy.grad.clone()

@@ -79,8 +79,10 @@ def make_net(batchnorm: bool = False) -> nn.Module:
 def make_batches(config: Config):
     generator = torch.Generator().manual_seed(3)
     return [
-        [(torch.randn(8, 6, generator=generator), torch.randn(8, 2, generator=generator))
-         for _ in range(config.accumulate)]
+        [
+            (torch.randn(8, 6, generator=generator), torch.randn(8, 2, generator=generator))
+            for _ in range(config.accumulate)
+        ]
         for _ in range(STEPS)
     ]
 
@@ -107,9 +109,13 @@ def initialize(amp_module, config: Config, scalers_of):
     ``load_state_dict``). Returns the module, the model, the optimizer and ``scalers_of()``."""
     net = make_net(config.batchnorm)
     model, optimizer = amp_module.initialize(
-        net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
-        opt_level=config.opt_level, num_losses=config.num_losses, verbosity=0,
-        min_loss_scale=config.min_loss_scale, max_loss_scale=config.max_loss_scale,
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+        opt_level=config.opt_level,
+        num_losses=config.num_losses,
+        verbosity=0,
+        min_loss_scale=config.min_loss_scale,
+        max_loss_scale=config.max_loss_scale,
         **config.overrides,
     )
     scalers = scalers_of()
@@ -122,8 +128,7 @@ def initialize(amp_module, config: Config, scalers_of):
 
 def run_reference(config: Config) -> Trace:
     """The apex script, as written, on the reference amp."""
-    net, model, optimizer, scalers = initialize(reference_amp, config,
-                                                lambda: reference_amp._amp_state.loss_scalers)
+    net, model, optimizer, scalers = initialize(reference_amp, config, lambda: reference_amp._amp_state.loss_scalers)
     first = next(net.parameters())
     trace = Trace()
     for step, micro_batches in enumerate(make_batches(config)):
@@ -147,7 +152,8 @@ def run_reference(config: Config) -> Trace:
 def run_compat(config: Config, is_async: bool = False) -> Trace:
     """The migrated loop on roundpipe.compat."""
     net, model, optimizer, scalers = initialize(
-        amp, config, lambda: [amp.loss_scaler(i) for i in range(config.num_losses)])
+        amp, config, lambda: [amp.loss_scaler(i) for i in range(config.num_losses)]
+    )
     first = next(net.parameters())
     trace = Trace()
     for step, micro_batches in enumerate(make_batches(config)):
@@ -205,8 +211,12 @@ ACCUMULATION_LEVELS = [
 @pytest.mark.parametrize("accumulate", [2, 3])
 @pytest.mark.parametrize("overflow_micro", [0, 1], ids=["overflow-first-micro", "overflow-second-micro"])
 def test_accumulation_follows_apexs_per_block_unscale(level, overrides, accumulate, overflow_micro):
-    config = Config(level, overrides, accumulate=accumulate,
-                    faults=[(2, overflow_micro, 0), (5, accumulate - 1 - overflow_micro, 0)])
+    config = Config(
+        level,
+        overrides,
+        accumulate=accumulate,
+        faults=[(2, overflow_micro, 0), (5, accumulate - 1 - overflow_micro, 0)],
+    )
     reference = run_reference(config)
     assert reference.skipped[2] and reference.skipped[5]
     assert_same(reference, run_compat(config))
@@ -247,8 +257,9 @@ def test_the_asynchronous_mode_keeps_the_accumulation_rule():
     ],
 )
 def test_bounds_apply_only_when_halving_or_growing(min_loss_scale, max_loss_scale, loaded):
-    config = Config("O2", min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale,
-                    loaded=loaded, faults=[(1, 0, 0), (2, 0, 0)])
+    config = Config(
+        "O2", min_loss_scale=min_loss_scale, max_loss_scale=max_loss_scale, loaded=loaded, faults=[(1, 0, 0), (2, 0, 0)]
+    )
     assert_same(run_reference(config), run_compat(config))
 
 
@@ -264,8 +275,10 @@ def test_roundpipe_gradscaler_keeps_torchs_clamp_at_every_update():
     assert scaler.get_scale() == 8.0  # no overflow, yet the floor applies: torch's clamp, kept
 
 
-@pytest.mark.parametrize("kwargs", [{"max_loss_scale": 0.0}, {"max_loss_scale": -1.0},
-                                    {"min_loss_scale": 2.0**20, "max_loss_scale": 2.0**10}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_loss_scale": 0.0}, {"max_loss_scale": -1.0}, {"min_loss_scale": 2.0**20, "max_loss_scale": 2.0**10}],
+)
 def test_bounds_apex_accepts_but_compat_rejects(kwargs):
     with pytest.raises(ValueError):
         amp.initialize(make_net(), opt_level="O1", verbosity=0, **kwargs)
@@ -300,10 +313,14 @@ def test_static_scale_counts_every_block_and_never_resets(level, overrides):
     assert ours.state["loss_scaler0"]["unskipped"] == expected
 
 
-@pytest.mark.parametrize("level, overrides", [
-    pytest.param("O3", {}, id="O3"), pytest.param("O0", {}, id="O0"),
-    pytest.param("O1", {"loss_scale": 64.0, "patch_torch_functions": False}, id="O1-static"),
-])
+@pytest.mark.parametrize(
+    "level, overrides",
+    [
+        pytest.param("O3", {}, id="O3"),
+        pytest.param("O0", {}, id="O0"),
+        pytest.param("O1", {"loss_scale": 64.0, "patch_torch_functions": False}, id="O1-static"),
+    ],
+)
 def test_a_loaded_scale_replaces_a_static_one_and_an_int_stays_int(level, overrides):
     config = Config(level, overrides, loaded={"loss_scale": 512, "unskipped": 5})
     reference = run_reference(config)
@@ -328,8 +345,14 @@ def test_static_scale_skips_a_non_finite_step_unless_told_to_apply_it_as_apex():
     assert all(torch.isfinite(w).all() for w in ours.weights)
 
     net = make_net()
-    model, optimizer = amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O1",
-                                      loss_scale=128.0, patch_torch_functions=False, verbosity=0)
+    model, optimizer = amp.initialize(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.05),
+        opt_level="O1",
+        loss_scale=128.0,
+        patch_torch_functions=False,
+        verbosity=0,
+    )
     scaler = amp.loss_scaler()
     scaler.skip_static_overflow = False  # apex: a static scale never checks
     x, y = make_batches(config)[0][0]
@@ -342,13 +365,13 @@ def test_static_scale_skips_a_non_finite_step_unless_told_to_apply_it_as_apex():
 
 def test_a_closure_is_refused_where_apex_refuses_it():
     net = make_net()
-    model, optimizer = amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O2",
-                                      verbosity=0)
+    model, optimizer = amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O2", verbosity=0)
     with pytest.raises(RuntimeError, match="closure"):
         amp.loss_scaler().step(optimizer, lambda: None)  # master weights: apex's patched step
     net = make_net()
-    model, optimizer = amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O1",
-                                      patch_torch_functions=False, verbosity=0)
+    model, optimizer = amp.initialize(
+        net, torch.optim.SGD(net.parameters(), lr=0.05), opt_level="O1", patch_torch_functions=False, verbosity=0
+    )
     calls = []
     amp.loss_scaler().step(optimizer, lambda: calls.append(1))  # O1: passed on to the optimizer
     assert calls == [1]

@@ -20,7 +20,7 @@ from migrate.engine import migrate_source
 
 FAKE_APEX = pathlib.Path(__file__).parent / "fake_apex"
 
-SCRIPT = '''
+SCRIPT = """
 import torch
 import torch.nn as nn
 from apex import amp
@@ -52,7 +52,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def _printed(source: str, path: pathlib.Path) -> str:
@@ -63,11 +63,12 @@ def _printed(source: str, path: pathlib.Path) -> str:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("accumulate, overflow", [(2, 2), (3, 7)],
-                         ids=["acc2-overflow-in-the-first-block", "acc3-overflow-in-the-second-block"])
-def test_exact_migration_of_an_o2_accumulation_script_prints_apexs_numbers(
-    accumulate, overflow, tmp_path, monkeypatch
-):
+@pytest.mark.parametrize(
+    "accumulate, overflow",
+    [(2, 2), (3, 7)],
+    ids=["acc2-overflow-in-the-first-block", "acc3-overflow-in-the-second-block"],
+)
+def test_exact_migration_of_an_o2_accumulation_script_prints_apexs_numbers(accumulate, overflow, tmp_path, monkeypatch):
     source = SCRIPT.replace("ACCUM", str(accumulate)).replace("OVERFLOW", str(overflow))
     monkeypatch.syspath_prepend(str(FAKE_APEX))
     monkeypatch.delitem(sys.modules, "apex", raising=False)
@@ -86,7 +87,7 @@ def test_exact_migration_of_an_o2_accumulation_script_prints_apexs_numbers(
     assert roundpipe.compat.loss_scaler().get_scale() == apex_scale
 
 
-LOSS_ID_SCRIPT = '''
+LOSS_ID_SCRIPT = """
 import torch
 from apex import amp
 
@@ -110,7 +111,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def test_loss_id_k_migrates_to_loss_ks_scaler_without_a_shared_scaler_note(tmp_path, monkeypatch):

@@ -32,9 +32,7 @@ def test_docs_site_builds_strict(tmp_path):
         text=True,
         timeout=240,
     )
-    assert proc.returncode == 0, (
-        f"mkdocs build --strict failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
 
     assert (site / "index.html").is_file()
     assert (site / "zh" / "index.html").is_file()
@@ -44,8 +42,7 @@ def test_docs_site_builds_strict(tmp_path):
     assert "快速上手" in (site / "zh" / "quickstart" / "index.html").read_text(encoding="utf-8")
     # Builds without noise: nothing beyond the plugins' INFO lines (the signature formatter the
     # config asks for, ruff, comes with the test extra).
-    noise = [line for line in (proc.stdout + proc.stderr).splitlines()
-             if line.strip() and not line.startswith("INFO")]
+    noise = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip() and not line.startswith("INFO")]
     assert noise == [], noise
     # Pages without a Chinese twin say so at the top of their /zh/ copy, and only there.
     for page in ("architecture", "performance", "reference"):

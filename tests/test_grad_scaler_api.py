@@ -15,8 +15,11 @@ from scaler_loops import batches, inject, make_model, reference_scales
 def test_signature_matches_upstream_roundpipe_and_adds_keyword_only_extras():
     params = list(inspect.signature(GradScaler.__init__).parameters.values())[1:]
     upstream = [
-        ("init_scale", 65536.0), ("growth_factor", 2.0), ("backoff_factor", 0.5),
-        ("growth_interval", 2000), ("enabled", True),
+        ("init_scale", 65536.0),
+        ("growth_factor", 2.0),
+        ("backoff_factor", 0.5),
+        ("growth_interval", 2000),
+        ("enabled", True),
     ]
     assert [(p.name, p.default) for p in params[:5]] == upstream
     assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params[:5])
@@ -30,12 +33,20 @@ def test_signature_matches_upstream_roundpipe_and_adds_keyword_only_extras():
 
 def test_leading_device_argument_is_accepted_like_torch():
     scaler = GradScaler("cpu", 128.0, 3.0, 0.25, 7)
-    assert (scaler.get_scale(), scaler.get_growth_factor(), scaler.get_backoff_factor(),
-            scaler.get_growth_interval()) == (128.0, 3.0, 0.25, 7)
+    assert (
+        scaler.get_scale(),
+        scaler.get_growth_factor(),
+        scaler.get_backoff_factor(),
+        scaler.get_growth_interval(),
+    ) == (128.0, 3.0, 0.25, 7)
     assert GradScaler(device="cpu", init_scale=4.0).get_scale() == 4.0
     mixed = GradScaler("cpu", 1024.0, growth_interval=2, backoff_factor=0.125)
-    assert (mixed.get_scale(), mixed.get_growth_factor(), mixed.get_backoff_factor(),
-            mixed.get_growth_interval()) == (1024.0, 2.0, 0.125, 2)
+    assert (mixed.get_scale(), mixed.get_growth_factor(), mixed.get_backoff_factor(), mixed.get_growth_interval()) == (
+        1024.0,
+        2.0,
+        0.125,
+        2,
+    )
     assert GradScaler(torch.device("cpu"), 8.0, 3.0, 0.5, 4, False).is_enabled() is False
     with pytest.raises(TypeError):
         GradScaler("cpu", device="cpu")
@@ -102,7 +113,7 @@ def test_setters_on_the_optimizer_thread_apply_in_fifo_order():
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = GradScaler(2.0, growth_interval=1)
-    (x, y), = batches(1)
+    ((x, y),) = batches(1)
     scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
 
     def step_fn():
@@ -121,7 +132,7 @@ def test_update_with_new_scale_accepts_int_float_and_tensor_and_copies():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = GradScaler(2.0)
     for new in (7, 3.5, torch.tensor([12.0]), torch.tensor(5.0, dtype=torch.float64)):
-        (x, y), = batches(1)
+        ((x, y),) = batches(1)
         scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
         scaler.step(opt)
         opt.zero_grad()
@@ -165,11 +176,14 @@ def _run_with(scaler, model, opt, data, pattern, mode="plain"):
     return scales
 
 
-@pytest.mark.parametrize("source, target", [
-    (lambda: torch.amp.GradScaler("cpu", 64.0, growth_interval=2), lambda: GradScaler(1.0)),
-    (lambda: GradScaler(64.0, growth_interval=2), lambda: torch.amp.GradScaler("cpu", 1.0)),
-    (lambda: GradScaler(64.0, growth_interval=2), lambda: GradScaler(1.0)),
-])
+@pytest.mark.parametrize(
+    "source, target",
+    [
+        (lambda: torch.amp.GradScaler("cpu", 64.0, growth_interval=2), lambda: GradScaler(1.0)),
+        (lambda: GradScaler(64.0, growth_interval=2), lambda: torch.amp.GradScaler("cpu", 1.0)),
+        (lambda: GradScaler(64.0, growth_interval=2), lambda: GradScaler(1.0)),
+    ],
+)
 def test_state_dict_round_trips_between_torch_and_roundpipe(source, target):
     pattern = [0, "inf", 0, 0, 0, "nan", 0, 0, 0, 0]
     data = batches(len(pattern))
@@ -216,7 +230,7 @@ def test_private_found_inf_tensors_are_the_ones_step_reads():
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = GradScaler(8.0)
-    (x, y), = batches(1)
+    ((x, y),) = batches(1)
     scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
     scaler.unscale_(opt)
     state = scaler._per_optimizer_states[id(opt)]
@@ -261,7 +275,7 @@ def test_legacy_grad_scaler_keyword_contract_warns_and_passes_the_scaler():
     model = make_model()
     opt = Legacy(model.parameters(), lr=0.1)
     scaler = GradScaler(4.0)
-    (x, y), = batches(1)
+    ((x, y),) = batches(1)
     scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
     with pytest.warns(FutureWarning, match="stop passing itself"):
         optim_stream.launch(scaler.step, opt).wait()

@@ -20,16 +20,23 @@ def _backward(scaler, model):
 
 def _misuses():
     def unscale_twice(s, m, o):
-        _backward(s, m); s.unscale_(o); s.unscale_(o)
+        _backward(s, m)
+        s.unscale_(o)
+        s.unscale_(o)
 
     def unscale_after_step(s, m, o):
-        _backward(s, m); s.step(o); s.unscale_(o)
+        _backward(s, m)
+        s.step(o)
+        s.unscale_(o)
 
     def step_twice(s, m, o):
-        _backward(s, m); s.step(o); s.step(o)
+        _backward(s, m)
+        s.step(o)
+        s.step(o)
 
     def update_without_inf_checks(s, m, o):
-        _backward(s, m); s.update()
+        _backward(s, m)
+        s.update()
 
     def update_before_scale(s, m, o):
         s.update()
@@ -41,20 +48,27 @@ def _misuses():
         s.step(o)
 
     def closure(s, m, o):
-        _backward(s, m); s.step(o, closure=lambda: None)
+        _backward(s, m)
+        s.step(o, closure=lambda: None)
 
     def no_grads(s, m, o):
         s.scale(torch.ones(()))
         s.step(o)
 
     def new_scale_requires_grad(s, m, o):
-        _backward(s, m); s.step(o); s.update(torch.ones((), requires_grad=True))
+        _backward(s, m)
+        s.step(o)
+        s.update(torch.ones((), requires_grad=True))
 
     def new_scale_two_elements(s, m, o):
-        _backward(s, m); s.step(o); s.update(torch.ones(2))
+        _backward(s, m)
+        s.step(o)
+        s.update(torch.ones(2))
 
     def new_scale_wrong_device(s, m, o):
-        _backward(s, m); s.step(o); s.update(torch.ones((), device="meta"))
+        _backward(s, m)
+        s.step(o)
+        s.update(torch.ones((), device="meta"))
 
     def load_empty_state(s, m, o):
         s.load_state_dict({})
@@ -66,8 +80,12 @@ def _misuses():
 
 
 _MAIN_THREAD_ONLY = {  # update() and load_state_dict() belong to the main thread
-    "update_without_inf_checks", "update_before_scale", "new_scale_requires_grad",
-    "new_scale_two_elements", "new_scale_wrong_device", "load_empty_state",
+    "update_without_inf_checks",
+    "update_before_scale",
+    "new_scale_requires_grad",
+    "new_scale_two_elements",
+    "new_scale_wrong_device",
+    "load_empty_state",
 }
 _CASES = [
     pytest.param(misuse, where, id=f"{misuse.__name__}-{where}")
@@ -196,8 +214,16 @@ def test_a_bad_pending_result_is_refused_before_anything_is_loaded(pending):
 def test_a_valid_pending_result_is_applied_by_the_next_update(pending):
     scaler, (model, opt) = GradScaler(8.0, growth_interval=1), _setup()
     _backward(scaler, model)
-    scaler.load_state_dict({"scale": 64.0, "growth_factor": 2.0, "backoff_factor": 0.5,
-                            "growth_interval": 1, "_growth_tracker": 0, "_pending_found_inf": pending})
+    scaler.load_state_dict(
+        {
+            "scale": 64.0,
+            "growth_factor": 2.0,
+            "backoff_factor": 0.5,
+            "growth_interval": 1,
+            "_growth_tracker": 0,
+            "_pending_found_inf": pending,
+        }
+    )
     scaler.step(opt)
     scaler.update()  # applies the loaded result (if any), then this plain iteration's clean one
     expected = 64.0 * (0.5 if pending and pending[0] else (2.0 if pending else 1.0)) * 2.0

@@ -44,10 +44,18 @@ def test_explicit_flags_are_passed_through(fused):
 
 def test_fused_adam_works_with_the_grad_scaler_fused_path():
     pattern = [0, "inf", 0, 0, "nan", 0]
-    ours = train(lambda: GradScaler(256.0, growth_interval=2), pattern, "job_wait",
-                 lambda m: [roundpipe.optim.Adam(m.parameters(), lr=0.01, fused=True)])
-    theirs = train(lambda: torch.amp.GradScaler("cpu", 256.0, growth_interval=2), pattern, "plain",
-                   lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, fused=True)])
+    ours = train(
+        lambda: GradScaler(256.0, growth_interval=2),
+        pattern,
+        "job_wait",
+        lambda m: [roundpipe.optim.Adam(m.parameters(), lr=0.01, fused=True)],
+    )
+    theirs = train(
+        lambda: torch.amp.GradScaler("cpu", 256.0, growth_interval=2),
+        pattern,
+        "plain",
+        lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, fused=True)],
+    )
     assert ours[0] == theirs[0] and ours[1] == theirs[1]
     assert all(torch.equal(a, b) for a, b in zip(ours[2], theirs[2]))
 

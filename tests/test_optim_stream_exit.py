@@ -36,12 +36,15 @@ def _run(tmp_path, body: str) -> subprocess.CompletedProcess:
 
 
 def test_a_last_step_that_fails_at_exit_makes_the_exit_status_non_zero(tmp_path):
-    done = _run(tmp_path, """
+    done = _run(
+        tmp_path,
+        """
         def last_step():
             raise ValueError("the last step broke")
         model.step(last_step)   # nobody waits for it: the script ends here
         print("script done")
-    """)
+    """,
+    )
     assert done.returncode == 1, done.stderr
     assert "script done" in done.stdout  # stdout is flushed before the exit
     assert "optimizer work failed and nobody waited for it" in done.stderr
@@ -50,9 +53,12 @@ def test_a_last_step_that_fails_at_exit_makes_the_exit_status_non_zero(tmp_path)
 
 @pytest.mark.slow
 def test_a_last_step_that_succeeds_at_exit_is_silent_and_exits_zero(tmp_path):
-    done = _run(tmp_path, """
+    done = _run(
+        tmp_path,
+        """
         model.step(lambda: (time.sleep(0.2), opt.step()))
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stderr
     assert "roundpipe" not in done.stderr
 
@@ -83,13 +89,19 @@ class _Stderr:
 def test_ctrl_c_at_exit_says_what_it_waits_for_and_a_second_one_abandons_the_wait(tmp_path):
     """One process (starting torch is slow): the first Ctrl-C ends the script while a step
     is pending, the exit says which job it waits for; the second stops that wait."""
-    process = subprocess.Popen(_script(tmp_path, """
+    process = subprocess.Popen(
+        _script(
+            tmp_path,
+            """
         def slow_step():
             time.sleep(60)
         model.step(slow_step)
         print("ready", file=sys.stderr, flush=True)
         time.sleep(60)
-    """), stderr=subprocess.PIPE)
+    """,
+        ),
+        stderr=subprocess.PIPE,
+    )
     stderr = _Stderr(process)
     stderr.wait_for("ready")
     process.send_signal(signal.SIGINT)

@@ -124,8 +124,11 @@ def test_a_child_forked_while_a_step_is_pending_fails_at_once_with_a_clear_error
 
     def use_the_stream():
         messages = []
-        for use in (training.model.synchronize, lambda: training.iterate(make_data(1)),
-                    lambda: optim_stream.launch(print)):
+        for use in (
+            training.model.synchronize,
+            lambda: training.iterate(make_data(1)),
+            lambda: optim_stream.launch(print),
+        ):
             started = time.monotonic()
             try:
                 use()
@@ -148,8 +151,12 @@ def test_a_child_forked_while_a_step_is_pending_fails_at_once_with_a_clear_error
 
 def _loader(batches, worker_init_fn=None) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(
-        BatchList(batches), batch_size=None, num_workers=2, multiprocessing_context="fork",
-        worker_init_fn=worker_init_fn, timeout=CHILD_SECONDS,
+        BatchList(batches),
+        batch_size=None,
+        num_workers=2,
+        multiprocessing_context="fork",
+        worker_init_fn=worker_init_fn,
+        timeout=CHILD_SECONDS,
     )
 
 

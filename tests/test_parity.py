@@ -52,16 +52,27 @@ def test_report_files_agree_and_follow_the_schema(quick_report):
     table = markdown.split("## Every row\n\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
     parsed = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table]
     assert [(p[0], p[1], p[2], p[3], p[5]) for p in parsed] == [
-        (r["scenario"], r["reference"], r["subject"], r["device"], r["verdict"]) for r in data["rows"]]
+        (r["scenario"], r["reference"], r["subject"], r["device"], r["verdict"]) for r in data["rows"]
+    ]
     page = (out / "report.html").read_text()
     assert page.count("<svg") >= len([r for r in data["rows"] if r["series"]])
     assert "scale" in page and "loss" in page
 
 
 def test_schema_check_rejects_a_row_without_its_reason():
-    row = {"scenario": "s", "reference": "torch", "subject": "exact", "device": "cpu", "dtype": "float32",
-           "verdict": "skipped", "reason": "", "max_abs_diff": 0.0, "steps": 1, "first_divergence": None,
-           "series": {}}
+    row = {
+        "scenario": "s",
+        "reference": "torch",
+        "subject": "exact",
+        "device": "cpu",
+        "dtype": "float32",
+        "verdict": "skipped",
+        "reason": "",
+        "max_abs_diff": 0.0,
+        "steps": 1,
+        "first_divergence": None,
+        "series": {},
+    }
     with pytest.raises(ValueError, match="needs a reason"):
         validate_report({"version": 1, "environment": {}, "summary": {}, "rows": [row]})
 
@@ -78,8 +89,9 @@ def _unscales_with_the_wrong_value(scale):
     return (scale.double().reciprocal() * 1.001).float()
 
 
-@pytest.mark.parametrize("name, bug", [("update_scale_", _skips_the_wrong_step),
-                                       ("reciprocal_scale", _unscales_with_the_wrong_value)])
+@pytest.mark.parametrize(
+    "name, bug", [("update_scale_", _skips_the_wrong_step), ("reciprocal_scale", _unscales_with_the_wrong_value)]
+)
 def test_a_planted_bug_makes_the_matrix_fail(name, bug, monkeypatch, tmp_path):
     monkeypatch.setattr(grad_scaler_module, name, bug)
     code = main(["--scenario", "forced_overflow", "--scenario", "clean", "--steps", "8", "--out", str(tmp_path)])
@@ -90,10 +102,24 @@ def test_a_planted_bug_makes_the_matrix_fail(name, bug, monkeypatch, tmp_path):
     assert all(r["first_divergence"] is not None for r in diverged)
 
 
-@pytest.mark.parametrize("name", ["clean", "forced_overflow", "growth", "nan_loss", "clipping",
-                                  "fused_adam", "fp16_master_weights", "resume_apex_format",
-                                  "accumulation", "apex_bounds", "apex_per_loss_scales",
-                                  "apex_static_bookkeeping", "apex_o2_accumulation"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "clean",
+        "forced_overflow",
+        "growth",
+        "nan_loss",
+        "clipping",
+        "fused_adam",
+        "fp16_master_weights",
+        "resume_apex_format",
+        "accumulation",
+        "apex_bounds",
+        "apex_per_loss_scales",
+        "apex_static_bookkeeping",
+        "apex_o2_accumulation",
+    ],
+)
 def test_apex_column_plumbing_with_a_stand_in_for_apex(name, monkeypatch):
     """The apex runner and its roundpipe.compat counterpart, driven by tests/fake_apex (apex's
     documented rule): the same scale trajectory and skipped steps. The real apex rows run
@@ -101,7 +127,14 @@ def test_apex_column_plumbing_with_a_stand_in_for_apex(name, monkeypatch):
     import pathlib
     import sys
 
-    from compat_matrix.apex_column import APEX_BOUND, APEX_SCENARIOS, apex_skip_reason, opt_level_for, run_apex, run_compat
+    from compat_matrix.apex_column import (
+        APEX_BOUND,
+        APEX_SCENARIOS,
+        apex_skip_reason,
+        opt_level_for,
+        run_apex,
+        run_compat,
+    )
     from compat_matrix.compare import compare_traces
     from compat_matrix.scenarios import SCENARIOS
 
@@ -145,12 +178,15 @@ def _matrix_must_not_run(*args, **kwargs):
     raise AssertionError("the matrix ran before the arguments were checked")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--out", ""], "must not be empty"),
-    (["--out", "   "], "must not be empty"),
-    (["--steps", "1"], "between 2 and"),
-    (["--steps", "10001"], "between 2 and 10000"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--out", ""], "must not be empty"),
+        (["--out", "   "], "must not be empty"),
+        (["--steps", "1"], "between 2 and"),
+        (["--steps", "10001"], "between 2 and 10000"),
+    ],
+)
 def test_bad_arguments_are_usage_errors_before_the_matrix_runs(argv, message, monkeypatch, capsys):
     monkeypatch.setattr("compat_matrix.cli.run_matrix", _matrix_must_not_run)
     with pytest.raises(SystemExit) as exited:

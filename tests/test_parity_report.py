@@ -18,29 +18,64 @@ from compat_matrix.progress import Progress
 from compat_matrix.report import REPORT_FILES, validate_report, write_reports
 from compat_matrix.scenarios import scenario_names
 
-ENVIRONMENT = {"date": "2026-12-01T09:00:00+00:00", "python": "3.11.7", "platform": "Linux-x86_64",
-               "torch": "2.13.0+cpu", "cuda_available": False, "cuda_devices": [], "cpu": "x86_64", "apex": None}
+ENVIRONMENT = {
+    "date": "2026-12-01T09:00:00+00:00",
+    "python": "3.11.7",
+    "platform": "Linux-x86_64",
+    "torch": "2.13.0+cpu",
+    "cuda_available": False,
+    "cuda_devices": [],
+    "cpu": "x86_64",
+    "apex": None,
+}
 
 
 def _row(scenario, subject, verdict, reason, max_abs_diff=0.0, series=None, **extra):
-    row = {"scenario": scenario, "reference": "torch", "subject": subject, "device": "cpu", "dtype": "float32",
-           "verdict": verdict, "reason": reason, "max_abs_diff": max_abs_diff, "steps": 4,
-           "first_divergence": None, "series": series or {}}
+    row = {
+        "scenario": scenario,
+        "reference": "torch",
+        "subject": subject,
+        "device": "cpu",
+        "dtype": "float32",
+        "verdict": verdict,
+        "reason": reason,
+        "max_abs_diff": max_abs_diff,
+        "steps": 4,
+        "first_divergence": None,
+        "series": series or {},
+    }
     row.update(extra)
     return row
 
 
 def _series(scales_subject, losses_subject, skipped=(False, True, False, False)):
-    return {"scales_reference": [8.0, 8.0, 4.0, 4.0], "scales_subject": scales_subject,
-            "skipped_reference": list(skipped), "skipped_subject": list(skipped),
-            "losses_reference": [1.0, float("nan"), 0.5, 0.25], "losses_subject": losses_subject}
+    return {
+        "scales_reference": [8.0, 8.0, 4.0, 4.0],
+        "scales_subject": scales_subject,
+        "skipped_reference": list(skipped),
+        "skipped_subject": list(skipped),
+        "losses_reference": [1.0, float("nan"), 0.5, 0.25],
+        "losses_subject": losses_subject,
+    }
 
 
 ROWS = [
-    _row("clean", "dropin", "bitwise", "identical bits at every step",
-         series=_series([8.0, 8.0, 4.0, 4.0], [1.0, float("nan"), 0.5, 0.25])),
-    _row("microbatches", "exact", "close", "summation order; bound: every value within 1e-05 (absolute)",
-         3.6e-7, series=_series([8.0, 8.0, 4.0, 4.0], [1.0, float("nan"), 0.5 + 3.6e-7, 0.25]), bound=1e-5),
+    _row(
+        "clean",
+        "dropin",
+        "bitwise",
+        "identical bits at every step",
+        series=_series([8.0, 8.0, 4.0, 4.0], [1.0, float("nan"), 0.5, 0.25]),
+    ),
+    _row(
+        "microbatches",
+        "exact",
+        "close",
+        "summation order; bound: every value within 1e-05 (absolute)",
+        3.6e-7,
+        series=_series([8.0, 8.0, 4.0, 4.0], [1.0, float("nan"), 0.5 + 3.6e-7, 0.25]),
+        bound=1e-5,
+    ),
     _row("<script>alert('x')</script>", "async", "skipped", "needs A & B | C <now>"),
 ]
 
@@ -55,7 +90,7 @@ def _table_lines(markdown, section="## Every row"):
     lines = markdown.split(section, 1)[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| "))
     end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
-    return lines[start + 2:end]
+    return lines[start + 2 : end]
 
 
 def test_markdown_table_has_no_backslashes_and_a_dash_for_skipped_rows(written):
@@ -73,8 +108,10 @@ def test_markdown_table_has_no_backslashes_and_a_dash_for_skipped_rows(written):
 
 
 def test_markdown_grid_gives_one_verdict_per_scenario_and_subject(tmp_path):
-    rows = ROWS[:2] + [_row("clean", "exact", "bitwise", "identical bits at every step"),
-                       _row("example:amp_basic.py", "migrated (async)", "close", "tolerance 2.74")]
+    rows = ROWS[:2] + [
+        _row("clean", "exact", "bitwise", "identical bits at every step"),
+        _row("example:amp_basic.py", "migrated (async)", "close", "tolerance 2.74"),
+    ]
     write_reports(tmp_path, rows, ENVIRONMENT, "roundpipe-parity")
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     grid = markdown.split("## At a glance", 1)[1].split("## Every row", 1)[0]
@@ -161,14 +198,19 @@ def test_plots_have_axes_ticks_legend_and_marks(written):
 
 
 def test_a_step_skipped_by_one_side_only_is_marked():
-    svg = series_panel("t", "y", [1, 1, 1], [1, 1, 1], ("a", "b"), skipped=[False, True, False],
-                       subject_skipped=[False, False, False])
+    svg = series_panel(
+        "t", "y", [1, 1, 1], [1, 1, 1], ("a", "b"), skipped=[False, True, False], subject_skipped=[False, False, False]
+    )
     assert "skip differs" in svg
 
 
 def test_differences_treat_matching_non_finite_values_as_equal():
     assert abs_differences([1.0, math.nan, math.inf, 2.0], [1.5, math.nan, math.inf, math.nan]) == [
-        0.5, 0.0, 0.0, math.inf]
+        0.5,
+        0.0,
+        0.0,
+        math.inf,
+    ]
     assert "one side not finite" in diff_panel("t", [0.5, math.inf])
 
 
@@ -177,9 +219,13 @@ def test_help_documents_every_option_default_scenario_and_exit_code(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for option, default in (("--device", "(default: cpu)"), ("--quick", "(default: off"),
-                            ("--scenario NAME", "(default: every scenario"), ("--steps N", "(default: each"),
-                            ("--out DIR", "(default: out/parity)")):
+    for option, default in (
+        ("--device", "(default: cpu)"),
+        ("--quick", "(default: off"),
+        ("--scenario NAME", "(default: every scenario"),
+        ("--steps N", "(default: each"),
+        ("--out DIR", "(default: out/parity)"),
+    ):
         block = text.split("\n  " + option, 1)[1].split("\n  --", 1)[0]
         assert default in " ".join(block.split()), option
     for name in scenario_names():
@@ -240,11 +286,23 @@ def test_schema_check_rejects_a_bound_that_is_not_a_number():
 
 
 def test_a_diverged_row_with_a_short_subject_trace_still_gets_its_panels(tmp_path):
-    series = {"scales_reference": [8.0, 4.0, 4.0], "scales_subject": [8.0, 8.0],
-              "skipped_reference": [False, True, False], "skipped_subject": [False, False],
-              "losses_reference": [1.0, math.inf, 0.5], "losses_subject": [1.0, 2.0]}
-    row = _row("forced_overflow", "exact", "diverged", "scale/skip sequences differ; first difference at step 1",
-               0.5, series=series, first_divergence=1)
+    series = {
+        "scales_reference": [8.0, 4.0, 4.0],
+        "scales_subject": [8.0, 8.0],
+        "skipped_reference": [False, True, False],
+        "skipped_subject": [False, False],
+        "losses_reference": [1.0, math.inf, 0.5],
+        "losses_subject": [1.0, 2.0],
+    }
+    row = _row(
+        "forced_overflow",
+        "exact",
+        "diverged",
+        "scale/skip sequences differ; first difference at step 1",
+        0.5,
+        series=series,
+        first_divergence=1,
+    )
     write_reports(tmp_path, [row], ENVIRONMENT, "roundpipe-parity")
     figure = (tmp_path / "report.html").read_text(encoding="utf-8").split('id="plot-0"')[1]
     assert figure.count("<svg") == 4  # scale, its difference, loss, its difference
@@ -260,9 +318,15 @@ def test_export_plots_writes_each_panel_as_a_standalone_svg_with_axes(written, t
     out = tmp_path / "plots"
     assert export_plots.main([str(written / "report.json"), str(out)]) == 0
     names = sorted(path.name for path in out.iterdir())
-    assert names == sorted(["cpu-clean-dropin-scale.svg", "cpu-clean-dropin-loss.svg",  # bitwise: no diff panels
-                            "cpu-microbatches-exact-scale.svg", "cpu-microbatches-exact-loss.svg",
-                            "cpu-microbatches-exact-loss-diff.svg"])  # the skipped row has none
+    assert names == sorted(
+        [
+            "cpu-clean-dropin-scale.svg",
+            "cpu-clean-dropin-loss.svg",  # bitwise: no diff panels
+            "cpu-microbatches-exact-scale.svg",
+            "cpu-microbatches-exact-loss.svg",
+            "cpu-microbatches-exact-loss-diff.svg",
+        ]
+    )  # the skipped row has none
     svg = "{http://www.w3.org/2000/svg}"
     for name in names:
         root = ET.fromstring((out / name).read_bytes())  # well-formed XML, an <svg> at the root
@@ -281,10 +345,13 @@ def test_export_plots_writes_only_the_panels_named(written, tmp_path):
     assert [path.name for path in out.iterdir()] == ["cpu-clean-dropin-loss.svg"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--panel", "cpu-clean-exact-loss"], "no panel named cpu-clean-exact-loss"),
-    ([], "not-there.json"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--panel", "cpu-clean-exact-loss"], "no panel named cpu-clean-exact-loss"),
+        ([], "not-there.json"),
+    ],
+)
 def test_export_plots_rejects_an_unknown_panel_or_report(written, tmp_path, capsys, args, message):
     report = written / ("report.json" if args else "not-there.json")
     with pytest.raises(SystemExit) as exit_info:

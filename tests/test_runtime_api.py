@@ -31,11 +31,11 @@ def _default_text(param):
 
 def _ours(func, skip_first):
     params = list(inspect.signature(func).parameters.values())
-    return [(p.name, p.kind.name, _default_text(p)) for p in params[1 if skip_first else 0:]]
+    return [(p.name, p.kind.name, _default_text(p)) for p in params[1 if skip_first else 0 :]]
 
 
 def _theirs(parameters, skip_first):
-    return [(p["name"], p["kind"], p["default"]) for p in parameters[1 if skip_first else 0:]]
+    return [(p["name"], p["kind"], p["default"]) for p in parameters[1 if skip_first else 0 :]]
 
 
 def test_public_names_match_upstream():
@@ -59,11 +59,18 @@ def test_method_signature_matches_upstream(qualname, method):
     ours = _ours(getattr(_resolve(qualname), method), skip_first=True)
     theirs = _theirs(facts["parameters"], skip_first=True)
     assert ours[: len(theirs)] == theirs
-    assert all(kind == "KEYWORD_ONLY" for _, kind, _ in ours[len(theirs):])  # only keyword-only extras
+    assert all(kind == "KEYWORD_ONLY" for _, kind, _ in ours[len(theirs) :])  # only keyword-only extras
 
 
-@pytest.mark.parametrize("qualname", ["roundpipe.wrap_model_to_roundpipe", "roundpipe.save_for_recompute",
-                                      "roundpipe.doing_recompute", "roundpipe.get_recompute_data"])
+@pytest.mark.parametrize(
+    "qualname",
+    [
+        "roundpipe.wrap_model_to_roundpipe",
+        "roundpipe.save_for_recompute",
+        "roundpipe.doing_recompute",
+        "roundpipe.get_recompute_data",
+    ],
+)
 def test_function_signature_matches_upstream(qualname):
     assert _ours(_resolve(qualname), skip_first=False) == _theirs(ENTRIES[qualname]["parameters"], False)
 
@@ -72,7 +79,12 @@ def test_model_execute_plan_surface():
     plan = roundpipe.ModelExecutePlan.auto("train", object())
     plan.check_valid(1, "train")
     assert [p.name for p in inspect.signature(roundpipe.ModelExecutePlan.auto).parameters.values()] == [
-        "run_type", "models", "min_stages", "upper_threshold", "model_memory_limit"]
+        "run_type",
+        "models",
+        "min_stages",
+        "upper_threshold",
+        "model_memory_limit",
+    ]
     with pytest.raises(ValueError):
         plan.check_valid(2, "train")
 

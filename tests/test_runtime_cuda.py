@@ -24,7 +24,9 @@ def test_cuda_async_low_precision_matches_staleness_one_reference(dtype):
     ref_losses, _, ref_final = master_weight_loop(
         make_net(dtype, device="cuda"), OPTIMIZERS["adam"], data, staleness=1, input_dtype=dtype
     )
-    losses, _, params, _ = run_roundpipe(make_net(dtype, device="cuda"), OPTIMIZERS["adam"], data, True, torch.float32, dtype)
+    losses, _, params, _ = run_roundpipe(
+        make_net(dtype, device="cuda"), OPTIMIZERS["adam"], data, True, torch.float32, dtype
+    )
     assert losses == ref_losses
     assert _bitwise(params, [m.to(dtype) for m in ref_final])
 

@@ -151,12 +151,16 @@ def _expected_catches(plan: Plan, is_async: bool = True) -> List[Tuple[int, int]
     return [(k + int(is_async), k) for k in sorted(plan) if plan[k].startswith("fail")]
 
 
-@pytest.mark.parametrize("plan", [
-    {3: "fail_before"},
-    {3: "fail_after"},
-    {2: "overflow", 3: "fail_before", 4: "fail_after", 7: "overflow", 8: "fail_before"},
-    {11: "fail_before"},  # the last step: its error comes from the final synchronize()
-], ids=["fail-before", "fail-after", "mixed", "last-step"])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {3: "fail_before"},
+        {3: "fail_after"},
+        {2: "overflow", 3: "fail_before", 4: "fail_after", 7: "overflow", 8: "fail_before"},
+        {11: "fail_before"},  # the last step: its error comes from the final synchronize()
+    ],
+    ids=["fail-before", "fail-after", "mixed", "last-step"],
+)
 def test_the_catch_and_continue_loop_follows_the_contract(plan):
     batches = make_data(12)
     scales, caught, weights = train_catching(batches, plan)
@@ -166,8 +170,9 @@ def test_the_catch_and_continue_loop_follows_the_contract(plan):
     assert _bitwise(weights, want_weights)
 
 
-@pytest.mark.parametrize("plan", [{3: "fail_after"}, {2: "overflow", 3: "fail_before", 5: "fail_after"}],
-                         ids=["fail-after", "mixed"])
+@pytest.mark.parametrize(
+    "plan", [{3: "fail_after"}, {2: "overflow", 3: "fail_before", 5: "fail_after"}], ids=["fail-after", "mixed"]
+)
 def test_synchronous_steps_raise_their_own_failure_and_follow_the_contract(plan):
     batches = make_data(8)
     scales, caught, weights = train_catching(batches, plan, is_async=False)
@@ -182,7 +187,7 @@ def test_a_failed_synchronous_step_leaves_the_model_with_the_optimizers_weights(
     model = RoundPipe(net)
     copies = list(model.optim_parameters())
     opt = torch.optim.SGD(copies, lr=0.5)
-    (x, y), = make_data(1)
+    ((x, y),) = make_data(1)
     model.forward_backward((x,), label=y, loss_fn=loss_of)
     before = [p.detach().clone() for p in net.parameters()]
 
@@ -218,7 +223,8 @@ def test_stress_dataloader_workers_injected_failures_and_overflows_match_the_con
         elif roll < 0.28:
             plan[k] = "overflow"
     loader = torch.utils.data.DataLoader(
-        BatchList(epoch), batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=30)
+        BatchList(epoch), batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=30
+    )
     streamed = (batch for _ in range(3) for batch in loader)
     scales, caught, weights = train_catching(streamed, plan)
     want_scales, want_weights = contract_reference(batches, plan)

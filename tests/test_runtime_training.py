@@ -220,7 +220,8 @@ def test_custom_split_and_merge_functions_are_honoured():
         return [(args[0][:6],), (args[0][6:],)], [{}, {}]
 
     config = RoundPipeRunConfig(
-        num_microbatch=4, split_input=split_input,
+        num_microbatch=4,
+        split_input=split_input,
         split_label=lambda label, n: [label[:6], label[6:]],
         merge_output=lambda outs: [o.shape[0] for o in outs],
     )

@@ -27,8 +27,11 @@ def test_one_kernel_call_per_device_and_dtype_sharing_one_found_inf(monkeypatch)
 
     monkeypatch.setattr(torch, "_amp_foreach_non_finite_check_and_unscale_", counting)
     holder = _Params(
-        torch.ones(3), torch.ones(2, dtype=torch.bfloat16), torch.ones(4),
-        torch.ones(1, dtype=torch.float64), torch.full((2,), float("inf"), dtype=torch.bfloat16),
+        torch.ones(3),
+        torch.ones(2, dtype=torch.bfloat16),
+        torch.ones(4),
+        torch.ones(1, dtype=torch.float64),
+        torch.full((2,), float("inf"), dtype=torch.bfloat16),
     )
     found = scaling.unscale_grads_(holder.param_groups, torch.tensor(0.5), allow_fp16=False)
     assert [(n, dt) for n, dt, _ in calls] == [(2, torch.float32), (2, torch.bfloat16), (1, torch.float64)]

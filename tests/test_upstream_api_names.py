@@ -63,8 +63,10 @@ KNOWN_GAPS: Dict[str, str] = {
 @functools.lru_cache(maxsize=None)
 def _programs() -> Dict[str, str]:
     """case id -> migrated program text."""
-    programs = {f"expected/{p.name}": p.read_text()
-                for p in sorted((ROOT / "tests" / "migrate_cases" / "expected").glob("*.py"))}
+    programs = {
+        f"expected/{p.name}": p.read_text()
+        for p in sorted((ROOT / "tests" / "migrate_cases" / "expected").glob("*.py"))
+    }
     for path in sorted((ROOT / "examples").glob("*.py")):
         source = path.read_text()
         for mode, exact in (("default", False), ("exact", True)):
@@ -111,7 +113,7 @@ def test_compat_case_is_an_apex_migration_needing_only_compat(case: str) -> None
     the known ones, checked above), and only apex migrations need it."""
     report = check_program(_programs()[case])
     assert Path(case).name.startswith("apex_")
-    used = {name[len(COMPAT) + 1:] for name in report.compat_names if name != COMPAT}
+    used = {name[len(COMPAT) + 1 :] for name in report.compat_names if name != COMPAT}
     assert used <= set(roundpipe.compat.__all__)
     assert [v for v in report.violations if v.key not in KNOWN_GAPS] == []
 
@@ -150,25 +152,41 @@ CHECKER_CASES = [
     ("import roundpipe\nroundpipe.AutoRoundPipe(net)\n", ["roundpipe.AutoRoundPipe"]),
     ("from roundpipe import ModelTimer\n", ["roundpipe.ModelTimer"]),
     ("import roundpipe as rp\ns = rp.GradScaler(growth_intervall=3)\n", ["roundpipe.GradScaler(growth_intervall=)"]),
-    ("import roundpipe\ns = roundpipe.GradScaler()\ns.update(is_async=False)\n",
-     ["roundpipe.GradScaler.update(is_async=)"]),
-    ("import roundpipe\ns = roundpipe.GradScaler()\ndef f(x):\n    x.state_dict()\nf(s)\n",
-     ["roundpipe.GradScaler.state_dict"]),
+    (
+        "import roundpipe\ns = roundpipe.GradScaler()\ns.update(is_async=False)\n",
+        ["roundpipe.GradScaler.update(is_async=)"],
+    ),
+    (
+        "import roundpipe\ns = roundpipe.GradScaler()\ndef f(x):\n    x.state_dict()\nf(s)\n",
+        ["roundpipe.GradScaler.state_dict"],
+    ),
     ("import roundpipe\ns = roundpipe.GradScaler('cuda', 2.0)\n", ["roundpipe.GradScaler(init_scale=<str>)"]),
-    ("import roundpipe\ndef f(fast):\n    d = 'cuda' if fast else 'cpu'\n    s = roundpipe.GradScaler(d)\n",
-     ["roundpipe.GradScaler(init_scale=<str>)"]),
-    ("import roundpipe\ndef f(scale):\n    return roundpipe.GradScaler(scale, enabled=True)\n",
-     ["roundpipe.GradScaler(init_scale=<?>)"]),
+    (
+        "import roundpipe\ndef f(fast):\n    d = 'cuda' if fast else 'cpu'\n    s = roundpipe.GradScaler(d)\n",
+        ["roundpipe.GradScaler(init_scale=<str>)"],
+    ),
+    (
+        "import roundpipe\ndef f(scale):\n    return roundpipe.GradScaler(scale, enabled=True)\n",
+        ["roundpipe.GradScaler(init_scale=<?>)"],
+    ),
     ("import roundpipe\nscale = -2.0 ** 10\ns = roundpipe.GradScaler(scale, 2, enabled=True)\n", []),
     ("import roundpipe\nscale = 1024.0\ns = roundpipe.GradScaler(scale, 2.0, enabled=flag)\n", []),
-    ("import roundpipe\nm = roundpipe.RoundPipe(net)\nm.forward_backward((x,), {}, y, f, False, c, 1)\n",
-     ["roundpipe.RoundPipe.forward_backward(positional)"]),
+    (
+        "import roundpipe\nm = roundpipe.RoundPipe(net)\nm.forward_backward((x,), {}, y, f, False, c, 1)\n",
+        ["roundpipe.RoundPipe.forward_backward(positional)"],
+    ),
     ("import roundpipe\nm = roundpipe.RoundPipe()\n", ["roundpipe.RoundPipe(model)"]),
     ("import roundpipe\nm = roundpipe.RoundPipe(net)\nm.to('cpu')\nm.model.state_dict()\n", []),
-    ("import roundpipe\nclass T:\n    def __init__(self):\n        self.s = roundpipe.GradScaler()\n"
-     "    def save(self):\n        return self.s.state_dict()\n", ["roundpipe.GradScaler.state_dict"]),
-    ("import roundpipe\nm, o = roundpipe.compat.initialize(net, opt, opt_level='O1')\n"
-     "s = roundpipe.compat.loss_scaler()\ns.is_enabled()\n", ["roundpipe.GradScaler.is_enabled"]),
+    (
+        "import roundpipe\nclass T:\n    def __init__(self):\n        self.s = roundpipe.GradScaler()\n"
+        "    def save(self):\n        return self.s.state_dict()\n",
+        ["roundpipe.GradScaler.state_dict"],
+    ),
+    (
+        "import roundpipe\nm, o = roundpipe.compat.initialize(net, opt, opt_level='O1')\n"
+        "s = roundpipe.compat.loss_scaler()\ns.is_enabled()\n",
+        ["roundpipe.GradScaler.is_enabled"],
+    ),
 ]
 
 

@@ -65,9 +65,9 @@ class Parameter:
 
 def _parameters(raw: Sequence[Dict[str, Any]]) -> Tuple[Parameter, ...]:
     return tuple(
-        Parameter(p["name"], p["kind"], p["default"] is None and not p["kind"].startswith("VAR"),
-                  p["annotation"])
-        for p in raw if p["name"] not in ("self", "cls")
+        Parameter(p["name"], p["kind"], p["default"] is None and not p["kind"].startswith("VAR"), p["annotation"])
+        for p in raw
+        if p["name"] not in ("self", "cls")
     )
 
 
@@ -119,8 +119,7 @@ def _local_positional(target: Any) -> Optional[List[str]]:
         return None
     signature = inspect.signature(target.__init__ if inspect.isclass(target) else target)
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in signature.parameters.values()
-            if p.kind in kinds and p.name not in ("self", "cls")]
+    return [p.name for p in signature.parameters.values() if p.kind in kinds and p.name not in ("self", "cls")]
 
 
 # --------------------------------------------------------------------------- programs
@@ -164,8 +163,7 @@ class UpstreamChecker:
     def run(self) -> Report:
         self._imports()
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 key = (id(self._scope(node)), node.targets[0].id)
                 self.assigned.setdefault(key, []).append(node.value)
         self._track_instances()
@@ -267,8 +265,7 @@ class UpstreamChecker:
         while changed:  # objects handed to the program's own functions, by position or keyword
             changed = False
             for node in ast.walk(self.tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                        and node.func.id in self.functions:
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
                     changed |= self._into_function(node, self.functions[node.func.id])
 
     def _into_function(self, call: ast.Call, function: ast.FunctionDef) -> bool:
@@ -298,16 +295,15 @@ class UpstreamChecker:
         upstream = UPSTREAM.methods.get(owner, {})
         if method in upstream:
             local_class = _local(owner)
-            self._check_arguments(call, f"{owner}.{method}", upstream[method],
-                                  getattr(local_class, method, None))
+            self._check_arguments(call, f"{owner}.{method}", upstream[method], getattr(local_class, method, None))
         elif owner not in OPEN_CLASSES:
             self._violation(call, f"{owner}.{method}", "upstream's class has no such method")
         elif _only_here(owner, method):
-            self._violation(call, f"{owner}.{method}", "defined only by this project; upstream "
-                            "forwards it to the wrapped model")
+            self._violation(
+                call, f"{owner}.{method}", "defined only by this project; upstream forwards it to the wrapped model"
+            )
 
-    def _check_arguments(self, call: ast.Call, name: str, params: Tuple[Parameter, ...],
-                         local: Any) -> None:
+    def _check_arguments(self, call: ast.Call, name: str, params: Tuple[Parameter, ...], local: Any) -> None:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             self._violation(call, f"{name}(*/**)", "unpacked arguments cannot be checked")
             return
@@ -315,8 +311,9 @@ class UpstreamChecker:
         var_positional = any(p.kind == "VAR_POSITIONAL" for p in params)
         var_keyword = any(p.kind == "VAR_KEYWORD" for p in params)
         if len(call.args) > len(positional) and not var_positional:
-            self._violation(call, f"{name}(positional)",
-                            f"{len(call.args)} positional arguments, upstream takes {len(positional)}")
+            self._violation(
+                call, f"{name}(positional)", f"{len(call.args)} positional arguments, upstream takes {len(positional)}"
+            )
         bound = {p.name: value for p, value in zip(positional, call.args)}
         positional_names = set(bound)
         local_names = _local_positional(local)
@@ -324,8 +321,9 @@ class UpstreamChecker:
             for index, param in enumerate(positional[: len(call.args)]):
                 here = local_names[index] if index < len(local_names) else None
                 if here != param.name:
-                    self._violation(call, f"{name}(position {index})",
-                                    f"binds to {param.name} upstream but to {here} here")
+                    self._violation(
+                        call, f"{name}(position {index})", f"binds to {param.name} upstream but to {here} here"
+                    )
         by_name = {p.name: p for p in params if p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")}
         for keyword in call.keywords:
             if keyword.arg in bound:
@@ -342,13 +340,19 @@ class UpstreamChecker:
                 continue
             kind = self.constant_type(value)
             if kind is not None and not _type_fits(kind, param.annotation):
-                self._violation(call, f"{name}({param.name}=<{kind.__name__}>)",
-                                f"a {kind.__name__} where upstream's annotation is {param.annotation}")
+                self._violation(
+                    call,
+                    f"{name}({param.name}=<{kind.__name__}>)",
+                    f"a {kind.__name__} where upstream's annotation is {param.annotation}",
+                )
             elif kind is None and param.name in positional_names:
                 # A positional value of unknown type: its meaning rests on position alone,
                 # and this project's GradScaler takes a leading device there.
-                self._violation(call, f"{name}({param.name}=<?>)", "a positional value whose "
-                                f"type cannot be shown to be {param.annotation}")
+                self._violation(
+                    call,
+                    f"{name}({param.name}=<?>)",
+                    f"a positional value whose type cannot be shown to be {param.annotation}",
+                )
 
     def constant_type(self, node: ast.AST, depth: int = 0) -> Optional[type]:
         """The type of the constant ``node`` evaluates to, when the program makes it plain:

@@ -117,7 +117,8 @@ def initialize(
 
     name = _caller_location()
     wrapped = [
-        _wrap(model, properties, cast_model_outputs, name) if properties is not None
+        _wrap(model, properties, cast_model_outputs, name)
+        if properties is not None
         else AmpRoundPipe(model, ForwardPolicy(None, None, None, None), name=name)
         for model in model_list
     ]
@@ -128,15 +129,17 @@ def initialize(
         for optimizer in optimizer_list:
             rebind_to_copies(optimizer, copy_of)
     masters = [id(copy) for param, copy in copy_of.items() if copy.dtype != param.dtype]
-    install(build_scalers(
-        num_losses,
-        properties.loss_scale if properties is not None else 1.0,
-        min_loss_scale,
-        max_loss_scale,
-        OptimizerSteps(optimizer_list, masters),
-        master_weights=bool(properties is not None and properties.master_weights),
-        enabled=properties is not None,
-    ))
+    install(
+        build_scalers(
+            num_losses,
+            properties.loss_scale if properties is not None else 1.0,
+            min_loss_scale,
+            max_loss_scale,
+            OptimizerSteps(optimizer_list, masters),
+            master_weights=bool(properties is not None and properties.master_weights),
+            enabled=properties is not None,
+        )
+    )
 
     models_out = wrapped if isinstance(models, list) else wrapped[0]
     if optimizers is None:
@@ -149,9 +152,7 @@ def _optimizer_list(optimizers: Any) -> List[torch.optim.Optimizer]:
         return []
     if isinstance(optimizers, torch.optim.Optimizer):
         return [optimizers]
-    if isinstance(optimizers, list) and all(
-        isinstance(optimizer, torch.optim.Optimizer) for optimizer in optimizers
-    ):
+    if isinstance(optimizers, list) and all(isinstance(optimizer, torch.optim.Optimizer) for optimizer in optimizers):
         return list(optimizers)
     raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
 
@@ -175,8 +176,7 @@ def _check_models(models: List[nn.Module]) -> None:
                 )
         if isinstance(model, RoundPipe):
             raise RuntimeError(
-                "Incoming model is already a RoundPipe; pass the plain module: "
-                "roundpipe.compat.initialize wraps it."
+                "Incoming model is already a RoundPipe; pass the plain module: roundpipe.compat.initialize wraps it."
             )
         named = list(model.named_parameters()) + list(model.named_buffers())
         for tensor_name, tensor in named:

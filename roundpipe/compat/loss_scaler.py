@@ -224,8 +224,7 @@ class AmpLossScaler:
             return
         if "scale" in entry:
             if (entry.get("growth_factor", 2.0), entry.get("backoff_factor", 0.5)) != (2.0, 0.5):
-                raise ValueError("apex's loss scaler grows by 2 and backs off by 0.5; the "
-                                 "state dict has other factors")
+                raise ValueError("apex's loss scaler grows by 2 and backs off by 0.5; the state dict has other factors")
             self._scale_seq_len = entry.get("growth_interval", self._scale_seq_len)
             entry = {"loss_scale": entry["scale"], "unskipped": entry["_growth_tracker"]}
         self._loss_scale = entry["loss_scale"]
@@ -256,8 +255,10 @@ class ScaleLossBlock:
         """Record ``scaler``; ``RuntimeError`` when another loss's scaler was used already
         (apex: one ``scale_loss`` block, one loss)."""
         if self._scaler is not None and self._scaler is not scaler:
-            raise RuntimeError("one forward_backward scaled losses of two loss ids; apex's "
-                               "scale_loss takes one loss: run one forward_backward per loss_id")
+            raise RuntimeError(
+                "one forward_backward scaled losses of two loss ids; apex's "
+                "scale_loss takes one loss: run one forward_backward per loss_id"
+            )
         self._scaler = scaler
 
     @property
@@ -276,6 +277,4 @@ def check_bounds(min_loss_scale: Optional[Number], max_loss_scale: Number) -> No
     if not isinstance(max_loss_scale, (int, float)) or not max_loss_scale > 0:
         raise ValueError(f"max_loss_scale must be a positive number, got {max_loss_scale!r}")
     if min_loss_scale and min_loss_scale > max_loss_scale:
-        raise ValueError(
-            f"min_loss_scale ({min_loss_scale}) must not exceed max_loss_scale ({max_loss_scale})"
-        )
+        raise ValueError(f"min_loss_scale ({min_loss_scale}) must not exceed max_loss_scale ({max_loss_scale})")

@@ -27,9 +27,7 @@ def check_not_initialized(optimizer: torch.optim.Optimizer) -> None:
         )
 
 
-def rebind_to_copies(
-    optimizer: torch.optim.Optimizer, copy_of: Dict[nn.Parameter, nn.Parameter]
-) -> None:
+def rebind_to_copies(optimizer: torch.optim.Optimizer, copy_of: Dict[nn.Parameter, nn.Parameter]) -> None:
     """Replace, in place, each parameter of ``optimizer`` found in ``copy_of`` by its copy.
 
     Parameters without a copy (frozen ones, or ones of no wrapped model) stay as they are.

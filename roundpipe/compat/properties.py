@@ -122,10 +122,7 @@ def _checked(opt_level: str, name: str, value: Any) -> Any:
         return value
     if name == "patch_torch_functions":
         if value and not o1:
-            raise RuntimeError(
-                "patch_torch_functions=True is only valid with opt_level 'O1', not "
-                f"{opt_level!r}."
-            )
+            raise RuntimeError(f"patch_torch_functions=True is only valid with opt_level 'O1', not {opt_level!r}.")
         return bool(value)
     if name == "keep_batchnorm_fp32":
         if o1 and value is not None:

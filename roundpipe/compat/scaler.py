@@ -54,8 +54,7 @@ def install(scalers: List[AmpLossScaler]) -> None:
 def _require(what: str) -> List[AmpLossScaler]:
     if _shared is None:
         raise RuntimeError(
-            f"roundpipe.compat.{what}: there is no amp state yet; call "
-            "roundpipe.compat.initialize first."
+            f"roundpipe.compat.{what}: there is no amp state yet; call roundpipe.compat.initialize first."
         )
     return _shared
 
@@ -123,10 +122,7 @@ def apex_entries(state_dict: Mapping[str, Any], num_losses: int) -> List[Mapping
     skipped with a warning (and end the reading); keys without ``"loss_scaler"`` raise a
     ``RuntimeError`` (its ``entries`` attribute holds the entries read)."""
     if len(state_dict) != num_losses:
-        warnings.warn(
-            f"the amp state dict has {len(state_dict)} entries, while {num_losses} "
-            "loss scalers are used"
-        )
+        warnings.warn(f"the amp state dict has {len(state_dict)} entries, while {num_losses} loss scalers are used")
     unexpected = []
     entries: List[Mapping[str, Any]] = []
     for key, entry in state_dict.items():
@@ -139,7 +135,5 @@ def apex_entries(state_dict: Mapping[str, Any], num_losses: int) -> List[Mapping
         entries.append(entry)
     if unexpected:
         names = ", ".join(f'"{key}"' for key in unexpected)
-        raise _UnexpectedKeys(
-            f"Error(s) in loading the amp state dict. Unexpected key(s): {names}.", entries
-        )
+        raise _UnexpectedKeys(f"Error(s) in loading the amp state dict. Unexpected key(s): {names}.", entries)
     return entries

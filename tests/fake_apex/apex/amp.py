@@ -57,9 +57,21 @@ class LossScaler:
         return should_skip
 
 
-def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
-               keep_batchnorm_fp32=None, master_weights=None, loss_scale=None, num_losses=1,
-               verbosity=1, min_loss_scale=None, max_loss_scale=2.0**24, **_):
+def initialize(
+    models,
+    optimizers=None,
+    enabled=True,
+    opt_level="O1",
+    cast_model_type=None,
+    keep_batchnorm_fp32=None,
+    master_weights=None,
+    loss_scale=None,
+    num_losses=1,
+    verbosity=1,
+    min_loss_scale=None,
+    max_loss_scale=2.0**24,
+    **_,
+):
     level = _LEVELS[opt_level]
     cast = level[0] if cast_model_type is None else cast_model_type
     keep_bn = level[1] if keep_batchnorm_fp32 is None else keep_batchnorm_fp32
@@ -67,8 +79,7 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
     scale = level[3] if loss_scale is None else loss_scale
     scale = scale if scale == "dynamic" else float(scale)
     model_list = models if isinstance(models, list) else [models]
-    optimizer_list = [] if optimizers is None else (
-        optimizers if isinstance(optimizers, list) else [optimizers])
+    optimizer_list = [] if optimizers is None else (optimizers if isinstance(optimizers, list) else [optimizers])
     if cast:
         for model in model_list:
             _convert(model, cast, keep_bn)
@@ -76,8 +87,7 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
     for optimizer in optimizer_list:
         _process_optimizer(optimizer, masters)
     _amp_state.master_weights = bool(masters)
-    _amp_state.loss_scalers = [LossScaler(scale, min_loss_scale, max_loss_scale)
-                               for _ in range(num_losses)]
+    _amp_state.loss_scalers = [LossScaler(scale, min_loss_scale, max_loss_scale) for _ in range(num_losses)]
     return models if optimizers is None else (models, optimizers)
 
 
@@ -193,8 +203,10 @@ def _patch_skip(optimizer):
 
 
 def state_dict():
-    return {f"loss_scaler{i}": {"loss_scale": s._loss_scale, "unskipped": s._unskipped}
-            for i, s in enumerate(_amp_state.loss_scalers)}
+    return {
+        f"loss_scaler{i}": {"loss_scale": s._loss_scale, "unskipped": s._unskipped}
+        for i, s in enumerate(_amp_state.loss_scalers)
+    }
 
 
 def load_state_dict(state):
