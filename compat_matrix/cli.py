@@ -19,10 +19,10 @@ from typing import Optional, Sequence
 
 import torch
 
+from .apex_column import APEX_SCENARIOS
 from .matrix import QUICK_EXAMPLES, QUICK_STEPS, environment, run_matrix
 from .progress import Progress
 from .report import REPORT_FILES, write_reports
-from .apex_column import APEX_SCENARIOS
 from .scenarios import SCENARIOS
 
 __all__ = ["main", "MAX_STEPS"]

@@ -27,7 +27,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections import abc, defaultdict
+from collections import abc
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, overload
 
 import torch

@@ -51,11 +51,11 @@ from __future__ import annotations
 import atexit
 import bisect
 import os
-import weakref
 import queue
 import sys
 import threading
 import traceback
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch

@@ -13,9 +13,9 @@ Each case here is one small apex program (a small BatchNorm regressor with clipp
 and their per-step losses, final weights and final scale must be equal bit for bit, in
 the default (asynchronous) form, and for O1 and O2 also in the ``--exact`` form (the plain
 one with ``update()``, which upstream 0.1.1 has, after a waited-for step). Both run on
-this project's runtime with the same kernels, so equality is exact; only the settings the recipe cannot express (a static scale
-hit by an overflow, ``min_loss_scale``, the 2**24 cap after 16,000 clean steps) differ,
-and those are documented, not tested here.
+this project's runtime with the same kernels, so equality is exact; only the settings the
+recipe cannot express (a static scale hit by an overflow, ``min_loss_scale``, the 2**24 cap
+after 16,000 clean steps) differ, and those are documented, not tested here.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ PLAIN = (
 import roundpipe
 NUM_MICROBATCH = 1
 {cast}
-model = roundpipe.RoundPipe(model, {optim_dtype}model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
+model = roundpipe.RoundPipe(
+    model, {optim_dtype}model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH)
+)
 optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.05, momentum=0.9)
 model.train()
 amp_scaler = {scaler}

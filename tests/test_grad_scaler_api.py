@@ -164,7 +164,10 @@ def _run_with(scaler, model, opt, data, pattern, mode="plain"):
     for (x, y), fault in zip(data, pattern):
         scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
         inject(model, fault)
-        step_fn = lambda: (scaler.step(opt), opt.zero_grad())
+
+        def step_fn():
+            return scaler.step(opt), opt.zero_grad()
+
         if mode == "plain":
             step_fn()
         else:

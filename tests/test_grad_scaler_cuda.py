@@ -21,7 +21,9 @@ def test_cuda_loop_matches_torch_bitwise(mode):
 
 
 def test_cuda_fused_adam_matches_torch_bitwise():
-    fused = lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, fused=True)]
+    def fused(m):
+        return [torch.optim.Adam(m.parameters(), lr=0.01, fused=True)]
+
     ours = train(lambda: GradScaler(1024.0, growth_interval=2), PATTERN, "job_wait", fused, device="cuda")
     theirs = train(
         lambda: torch.amp.GradScaler("cuda", 1024.0, growth_interval=2), PATTERN, "plain", fused, device="cuda"

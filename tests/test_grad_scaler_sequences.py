@@ -142,6 +142,7 @@ def test_min_max_bounds_follow_the_apex_rule(lag):
 def _scales_used(mode):
     """Scale each iteration multiplied its loss by (read before update)."""
     import torch.nn.functional as F
+
     from roundpipe import optim_stream
     from scaler_loops import batches, inject, make_model
 

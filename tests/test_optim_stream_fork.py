@@ -71,7 +71,7 @@ class Training:
     def iterate(self, batches, step_fn=None) -> None:
         for x, y in batches:
             self.scales.append(self.scaler.get_scale())
-            self.model.forward_backward((x,), label=y, loss_fn=lambda o, l: self.scaler.scale(loss_of(o, l)))
+            self.model.forward_backward((x,), label=y, loss_fn=lambda o, t: self.scaler.scale(loss_of(o, t)))
             self.model.step(step_fn or self.step_fn)
             self.scaler.update()
 

@@ -3,7 +3,6 @@ report files agree with each other and with the JSON schema."""
 
 import json
 import math
-import re
 
 import pytest
 import torch

@@ -38,7 +38,7 @@ def test_cuda_fp16_training_with_grad_scaler_runs_async_and_sync_update():
         opt = torch.optim.AdamW(model.optim_parameters(), lr=1e-3)
         scaler = GradScaler("cuda", 2.0**20, growth_interval=3)
         for x, y in data:
-            model.forward_backward((x.half(),), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+            model.forward_backward((x.half(),), label=y, loss_fn=lambda o, t: scaler.scale(loss_of(o, t)))
             model.step(lambda: (scaler.step(opt), opt.zero_grad()))
             scaler.update(is_async=is_async_update)
         model.synchronize()

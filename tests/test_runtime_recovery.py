@@ -85,7 +85,7 @@ def train_catching(batches, plan: Plan, is_async: bool = True):
     caught: List[Tuple[int, int]] = []  # (iteration that caught it, iteration that failed)
     for k, (x, y) in enumerate(batches):
         scales.append(scaler.get_scale())
-        model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+        model.forward_backward((x,), label=y, loss_fn=lambda o, t: scaler.scale(loss_of(o, t)))
         try:
             model.step(_step_function(k, plan, scaler, opt, copies), is_async=is_async)
         except InjectedFailure as failure:

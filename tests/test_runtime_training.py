@@ -113,7 +113,7 @@ def _scaled_roundpipe(mode):
     scales = []
     for (x, y), fault in zip(data, PATTERN):
         scales.append(scaler.get_scale())
-        model.forward_backward(input_args=(x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+        model.forward_backward(input_args=(x,), label=y, loss_fn=lambda o, t: scaler.scale(loss_of(o, t)))
 
         def step_fn(fault=fault):
             if fault:
@@ -183,7 +183,9 @@ def test_microbatches_sum_to_the_full_batch(batch, micro):
     x, y = make_data(1, batch=batch)[0]
     mask = (torch.arange(batch) % 3 != 0).float().unsqueeze(1)  # dim 0 == batch: split
     bias = torch.randn(7)  # dim 0 != batch: given whole to every microbatch
-    sum_loss = lambda o, l: F.mse_loss(o, l, reduction="sum")
+
+    def sum_loss(o, t):
+        return F.mse_loss(o, t, reduction="sum")
 
     full = RoundPipe(KwNet())
     full_loss = full.forward_backward((x,), {"mask": mask, "bias": bias}, y, sum_loss)
@@ -243,7 +245,7 @@ def test_forward_merges_microbatch_outputs_and_runs_inference_under_no_grad():
 def test_sequence_loss_returns_a_list_of_sums():
     x, y = make_data(1)[0]
     model = RoundPipe(make_net())
-    losses = model.forward_backward((x,), label=y, loss_fn=lambda o, l: [loss_of(o, l), o.abs().mean()])
+    losses = model.forward_backward((x,), label=y, loss_fn=lambda o, t: [loss_of(o, t), o.abs().mean()])
     assert isinstance(losses, list) and len(losses) == 2
 
 
@@ -316,10 +318,10 @@ def test_step_function_errors_reach_the_main_thread(where):
     opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
     scaler = GradScaler()
     x, y = make_data(1)[0]
-    model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+    model.forward_backward((x,), label=y, loss_fn=lambda o, t: scaler.scale(loss_of(o, t)))
     model.step(_boom)
     scaler.update()  # lagged: does not wait for this iteration
-    model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+    model.forward_backward((x,), label=y, loss_fn=lambda o, t: scaler.scale(loss_of(o, t)))
     with pytest.raises(ValueError, match="bad step") as caught:
         if where == "step":
             model.step(lambda: (scaler.step(opt), opt.zero_grad()))
@@ -334,7 +336,7 @@ def test_step_function_errors_reach_the_main_thread(where):
     assert all((p.grad is None or not p.grad.any()) == (where == "step") for p in model.model.parameters())
     if where == "step":
         scaler.update()
-        model.forward_backward((x,), label=y, loss_fn=lambda o, l: scaler.scale(loss_of(o, l)))
+        model.forward_backward((x,), label=y, loss_fn=lambda o, t: scaler.scale(loss_of(o, t)))
     model.step(lambda: (scaler.step(opt), opt.zero_grad()), is_async=False)
 
 
@@ -388,7 +390,7 @@ def test_backward_runs_outside_the_callers_autocast():
     model = RoundPipe(make_net())
     x, y = make_data(1)[0]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        model.forward_backward((x,), label=y, loss_fn=lambda o, l: loss_of(Probe.apply(o), l))
+        model.forward_backward((x,), label=y, loss_fn=lambda o, t: loss_of(Probe.apply(o), t))
     assert Probe.seen == [False]
 
 

@@ -52,9 +52,9 @@ from torch import nn
 
 from ..runtime import RoundPipe, _caller_location
 from .convert import convert_model_, save_float16_as_float32
+from .loss_scaler import check_bounds as _check_bounds
 from .model import AmpRoundPipe, ForwardPolicy, autocast_target
 from .optimizers import check_not_initialized, rebind_to_copies
-from .loss_scaler import check_bounds as _check_bounds
 from .properties import AmpProperties, resolve_properties
 from .scaler import build_scalers, install
 from .steps import OptimizerSteps

@@ -14,9 +14,9 @@ patches the torch functions a loss calls too. A ``forward_backward`` whose ``los
 scaled its loss with a :class:`~roundpipe.compat.loss_scaler.AmpLossScaler` is one apex
 ``scale_loss`` block: at its end the gradients are unscaled onto the optimizer copies and
 the scale is updated (:meth:`AmpLossScaler.end_block
-<roundpipe.compat.loss_scaler.AmpLossScaler.end_block>`), as apex does at the block's exit. Backward runs *outside* autocast: apex's
-patches do not reach autograd's backward kernels, and torch autocast around a backward
-would recast the backward's own ops.
+<roundpipe.compat.loss_scaler.AmpLossScaler.end_block>`), as apex does at the block's exit.
+Backward runs *outside* autocast: apex's patches do not reach autograd's backward kernels,
+and torch autocast around a backward would recast the backward's own ops.
 
 The policy hooks into RoundPipe's per-microbatch calls (``_call_model``/``_call_loss``);
 ``model.model`` stays the user's module, unchanged: calling it directly bypasses the
