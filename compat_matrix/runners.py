@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import torch
 
@@ -43,7 +43,7 @@ class Trace:
     scaler_state: Dict[str, Any] = field(default_factory=dict)
 
 
-def _snapshot(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+def _snapshot(tensors: Iterable[torch.Tensor]) -> List[torch.Tensor]:
     return [t.detach().to("cpu", copy=True) for t in tensors]
 
 
@@ -273,7 +273,9 @@ def run_async_reference(scenario: Scenario, device: str) -> Trace:
             for p, r in zip(model_params, previous_result):
                 p.copy_(r)
         for p, m in zip(model_params, masters):
-            m.grad = p.grad if p.grad.dtype == m.dtype else p.grad.to(m.dtype)
+            grad = p.grad
+            assert grad is not None, "every parameter of the scenario models gets a gradient"
+            m.grad = grad if grad.dtype == m.dtype else grad.to(m.dtype)
             p.grad = None
         inject(scenario, masters, step)
         before = [m.detach().clone() for m in masters]
@@ -284,10 +286,12 @@ def run_async_reference(scenario: Scenario, device: str) -> Trace:
             found = any(not torch.isfinite(p.grad).all() for p in params if p.grad is not None)
             found_any |= found
             if getattr(opt, "_step_supports_amp_scaling", False) and scenario.clip is None:
-                opt.grad_scale = scale_t
-                opt.found_inf = torch.tensor(float(found), device=device)
+                # torch's protocol for optimizers that unscale and skip in their own kernels:
+                # attributes its fused optimizers read, which torch.optim.Optimizer's stub lacks.
+                opt.grad_scale = scale_t  # type: ignore[attr-defined]
+                opt.found_inf = torch.tensor(float(found), device=device)  # type: ignore[attr-defined]
                 opt.step()
-                del opt.grad_scale, opt.found_inf
+                del opt.grad_scale, opt.found_inf  # type: ignore[attr-defined]
             else:
                 with torch.no_grad():
                     for p in params:

@@ -10,7 +10,7 @@ gradient, or a NaN loss), so the overflow pattern is the same for every runner.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -130,7 +130,7 @@ def make_batches(scenario: Scenario, device: str, steps: int) -> List[Tuple[torc
     return batches
 
 
-def make_optimizers(scenario: Scenario, params: Sequence[torch.nn.Parameter]) -> List[torch.optim.Optimizer]:
+def make_optimizers(scenario: Scenario, params: Iterable[torch.nn.Parameter]) -> List[torch.optim.Optimizer]:
     params = list(params)
     if scenario.optimizer == "sgd":
         return [torch.optim.SGD(params, lr=0.05, momentum=0.9)]
@@ -155,8 +155,8 @@ def inject(scenario: Scenario, params: Sequence[torch.nn.Parameter], step: int) 
     fault = scenario.fault(step)
     if fault:
         with torch.no_grad():
-            first = next(p for p in params if p.grad is not None)
-            first.grad.view(-1)[0] = float(fault)
+            first = next(p.grad for p in params if p.grad is not None)
+            first.view(-1)[0] = float(fault)
 
 
 def autocast_context(scenario: Scenario, device: str):

@@ -28,7 +28,7 @@ import threading
 import warnings
 import weakref
 from collections import abc
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union, overload
 
 import torch
 from torch.amp.grad_scaler import OptState
@@ -177,7 +177,10 @@ class GradScaler(torch.amp.GradScaler):
         max_scale: Optional[float] = None,
         device: Optional[Union[str, torch.device]] = None,
     ) -> None:
-        self._device = device
+        # torch.amp.GradScaler types _device as the str its constructor requires; this one keeps
+        # the device as given (None and torch.device too, as upstream RoundPipe's accepts), and
+        # inherits none of torch's methods that read it (__init__ and update() are replaced).
+        self._device = device  # type: ignore[assignment]
         self._enabled = bool(enabled)
         if self._enabled and device is not None and torch.device(device).type == "cuda":
             if not torch.cuda.is_available():
@@ -480,7 +483,9 @@ class GradScaler(torch.amp.GradScaler):
                 FutureWarning,
                 stacklevel=3,
             )
-            return optimizer.step(*args, grad_scaler=self, **kwargs)
+            # The signature check above is the narrowing: this optimizer's step takes grad_scaler.
+            step: Callable[..., Any] = optimizer.step
+            return step(*args, grad_scaler=self, **kwargs)
         if state["stage"] is OptState.READY:
             self._check_inf_in(record, optimizer)
         found_inf: Any = sum(
@@ -705,11 +710,13 @@ class GradScaler(torch.amp.GradScaler):
             return {}
         optim_stream.synchronize("GradScaler.state_dict()")
         self._main_scale()
-        pending = [
-            record.combined_found_inf(torch.device("cpu")).item()
-            for record in self._records
-            if record is not self._current and not record.applied and record.has_result()
-        ]
+        pending = []
+        for record in self._records:
+            if record is self._current or record.applied:
+                continue
+            found_inf = record.combined_found_inf(torch.device("cpu"))  # None: no result
+            if found_inf is not None:
+                pending.append(found_inf.item())
         return {
             "scale": self.get_scale(),
             "growth_factor": self._growth_factor,
@@ -797,8 +804,11 @@ class GradScaler(torch.amp.GradScaler):
         self._load_pending(pending)
 
     # ------------------------------------------- torch's private surface used in the wild
+    # Read-only on purpose, where torch's is an attribute: the states are those of the caller's
+    # iteration (each thread's own), and torch assigns its attribute only in __init__ and
+    # update(), both replaced here. mypy reports the narrower override, hence the ignore.
     @property
-    def _per_optimizer_states(self) -> Dict[int, Dict[str, Any]]:
+    def _per_optimizer_states(self) -> Dict[int, Dict[str, Any]]:  # type: ignore[override]
         """``{id(optimizer): {"stage", "found_inf_per_device"}}`` of the caller's iteration."""
         return self._caller_iteration().states
 
@@ -820,10 +830,13 @@ class GradScaler(torch.amp.GradScaler):
             raise AssertionError(f"Attempted {funcname} but _growth_tracker is None.  {_FIX_HINT}")
         return self._scale, self._growth_tracker
 
-    def _found_inf_per_device(self, optimizer: torch.optim.Optimizer) -> FoundInfPerDevice:
+    # torch annotates these two as dict[str, Any], but its own return {device: found_inf}
+    # (the dict its _unscale_grads_ builds, typed dict[torch.device, Tensor] there): its
+    # annotation is wrong, FoundInfPerDevice is what both return.
+    def _found_inf_per_device(self, optimizer: torch.optim.Optimizer) -> FoundInfPerDevice:  # type: ignore[override]
         return self._caller_iteration().states[id(optimizer)]["found_inf_per_device"]
 
-    def _check_inf_per_device(self, optimizer: torch.optim.Optimizer) -> FoundInfPerDevice:
+    def _check_inf_per_device(self, optimizer: torch.optim.Optimizer) -> FoundInfPerDevice:  # type: ignore[override]
         """Record inf/NaN per device without unscaling (fp16 allowed); caller's thread."""
         return self._check_inf_in(self._caller_iteration(), optimizer)
 

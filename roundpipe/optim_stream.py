@@ -338,15 +338,15 @@ class _OptimizerStream:
 
     def _take_cuda_event(self, seq: int) -> Optional[Tuple[int, "torch.cuda.Event"]]:
         """Forget CUDA bookkeeping up to ``seq``; return the newest done event (lock held)."""
-        newest = None
+        newest: Optional[Tuple[int, int, "torch.cuda.Event"]] = None  # (job seq, device, done event)
         for job_seq in [s for s in self._pending_cuda if s <= seq]:
             job = self._pending_cuda.pop(job_seq)
             if job.cuda is not None and job.cuda.done is not None:
                 if newest is None or job_seq > newest[0]:
-                    newest = (job_seq, job.cuda)
+                    newest = (job_seq, job.cuda.device, job.cuda.done)
         if newest is None:
             return None
-        return newest[1].device, newest[1].done
+        return newest[1], newest[2]
 
     def _describe_worker(self, reason: str) -> str:
         running = self._running
@@ -587,7 +587,7 @@ def add_launch_hook(hook: Callable[[], None]) -> None:
     """
     global _LAUNCH_HOOKS
     with _STREAM_LOCK:
-        _LAUNCH_HOOKS = _LAUNCH_HOOKS + (weakref.WeakMethod(hook),)  # type: ignore[arg-type]
+        _LAUNCH_HOOKS = _LAUNCH_HOOKS + (weakref.WeakMethod(hook),)
 
 
 def cuda_stream(device: Union[int, torch.device]) -> "torch.cuda.Stream":

@@ -37,7 +37,7 @@ methods run on the main thread; ``step``/``unscale_`` run inline on the optimize
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -215,7 +215,7 @@ class AmpLossScaler:
             return {"loss_scale": 1.0, "unskipped": 0}
         return {"loss_scale": self._loss_scale, "unskipped": self._unskipped}
 
-    def load_state_dict(self, entry: Dict[str, Any]) -> None:
+    def load_state_dict(self, entry: Mapping[str, Any]) -> None:
         """Take apex's entry as apex does: the scale (type kept, no bound applied) and the
         counter, for every configuration; ignored when disabled. A torch/roundpipe
         GradScaler state dict is read too (``scale``, ``_growth_tracker``,

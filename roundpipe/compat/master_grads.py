@@ -58,8 +58,8 @@ def unscale_block_(pairs: Sequence[Pair], loss_scale: float, check_overflow: boo
     overflow = check_overflow and _has_non_finite([param for param, _ in fresh])
     inverse = 1.0 / loss_scale
     with torch.no_grad():
-        for param, copy in fresh:
-            grad = param.grad
+        # The gradients as the check left them (it coalesces a sparse float16 one in place).
+        for param, grad, copy in [(param, param.grad, copy) for param, copy in fresh if param.grad is not None]:
             param.grad = None
             if copy.grad is None:
                 grad = grad.to(copy.dtype)
@@ -75,8 +75,9 @@ def unscale_block_(pairs: Sequence[Pair], loss_scale: float, check_overflow: boo
 
 def _has_non_finite(params: Sequence[nn.Parameter]) -> bool:
     """Whether a gradient of ``params`` holds inf/NaN (torch's fused check, multiplier 1)."""
-    if not params:
+    grads = [param.grad for param in params if param.grad is not None]
+    if not grads:
         return False
-    one = torch.ones((), dtype=torch.float32, device=params[0].grad.device)
+    one = torch.ones((), dtype=torch.float32, device=grads[0].device)
     found = unscale_grads_([{"params": list(params)}], one, allow_fp16=True)
     return any(flag.item() for flag in found.values())

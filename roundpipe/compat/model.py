@@ -82,7 +82,7 @@ def autocast_target(module: nn.Module) -> Tuple[str, torch.dtype]:
     supports bfloat16 as its low-precision type: there it is bfloat16 (apex's O1 does no
     casting at all on CPU tensors).
     """
-    tensor = next(module.parameters(), None)
+    tensor: Optional[torch.Tensor] = next(module.parameters(), None)
     if tensor is None:
         tensor = next(module.buffers(), None)
     device_type = "cpu" if tensor is None else tensor.device.type

@@ -97,12 +97,11 @@ def load_state_dict(state_dict: Mapping[str, Any]) -> None:
     if "scale" in state_dict:
         scalers[0].load_state_dict(dict(state_dict))
         return
+    failure: Optional[_UnexpectedKeys] = None
     try:
         entries = apex_entries(state_dict, len(scalers))
     except _UnexpectedKeys as error:
         entries, failure = error.entries, error
-    else:
-        failure = None
     for scaler, entry in zip(scalers, entries):
         scaler.load_state_dict(entry)
     if failure is not None:
