@@ -12,18 +12,14 @@ Pure source analysis: never imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Type, TypeVar
 
 import libcst as cst
-from libcst.metadata import (
-    FunctionScope,
-    PositionProvider,
-    QualifiedNameProvider,
-    Scope,
-    ScopeProvider,
-)
+from libcst.metadata import FunctionScope, PositionProvider, Scope, ScopeProvider
 
 __all__ = ["ModuleFacts", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
+
+N = TypeVar("N", bound=cst.CSTNode)
 
 SCALER_DEVICE_FIRST = {"torch.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 SCALER_LEGACY_CUDA = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
@@ -61,32 +57,38 @@ class ModuleFacts:
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        # Qualified names are asked of a few dozen nodes: each is computed from its scope
+        # when asked (what QualifiedNameProvider does for every node) and kept.
         self._scopes = wrapper.resolve(ScopeProvider)
+        self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._wrapper = wrapper
         self._positions = None  # resolved on first use: only reports need line numbers
         self._survey()
 
     def _survey(self) -> None:
-        """One walk collecting what several rules look for: every name, every
+        """One walk collecting what several rules look for: every node in source order
+        with its parent and the extent of its subtree, every name, every
         ``x.backward(...)`` call, every import line."""
         names: Set[str] = set()
         backward_calls: List[cst.Call] = []
         import_lines: List[cst.SimpleStatementLine] = []
         parents: Dict[cst.CSTNode, cst.CSTNode] = {}
         order: Dict[cst.CSTNode, int] = {}
+        ends: Dict[cst.CSTNode, int] = {}
+        nodes: List[cst.CSTNode] = []
         stack: List[cst.CSTNode] = []
 
         class Survey(cst.CSTVisitor):
             def on_visit(self, node: cst.CSTNode) -> bool:
                 if stack:
                     parents[node] = stack[-1]
-                order[node] = len(order)
+                order[node] = len(nodes)
+                nodes.append(node)
                 stack.append(node)
                 return super().on_visit(node)
 
             def on_leave(self, original_node: cst.CSTNode) -> None:
-                stack.pop()
+                ends[stack.pop()] = len(nodes)
                 super().on_leave(original_node)
 
             def visit_Name(self, node: cst.Name) -> None:
@@ -103,16 +105,26 @@ class ModuleFacts:
         self.module.visit(Survey())
         self._parents = parents
         self._order = order
+        self._ends = ends
+        self._nodes = nodes
         self.all_names = names
         self.backward_calls = backward_calls
         self.import_lines = import_lines
 
     # ------------------------------------------------------------------ basic lookups
     def qualified(self, node: cst.CSTNode) -> Set[str]:
-        found = self._qnames.get(node, ())
-        if callable(found):  # newer libcst computes qualified names lazily
-            found = found()
-        return {q.name for q in found}
+        found = self._qualified.get(node)
+        if found is None:
+            scope = self._scopes.get(node)
+            found = {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+            self._qualified[node] = found
+        return set(found)
+
+    def subtree(self, node: cst.CSTNode, kind: Type[N]) -> List[N]:
+        """The nodes of type ``kind`` at or under ``node`` (of the parsed tree), in source
+        order: what ``libcst.matchers.findall(node, m.TypeOf(kind))`` finds, without a walk."""
+        start = self._order[node]
+        return [found for found in self._nodes[start:self._ends[node]] if isinstance(found, kind)]
 
     def position(self, node: cst.CSTNode):
         if self._positions is None:
