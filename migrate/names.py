@@ -12,7 +12,7 @@ Pure source analysis: never imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set, Type, TypeVar
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar, Union
 
 import libcst as cst
 from libcst.metadata import FunctionScope, PositionProvider, Scope, ScopeProvider
@@ -120,11 +120,24 @@ class ModuleFacts:
             self._qualified[node] = found
         return set(found)
 
-    def subtree(self, node: cst.CSTNode, kind: Type[N]) -> List[N]:
+    def subtree(self, node: cst.CSTNode, kind: Union[Type[N], Tuple[Type[N], ...]]) -> List[N]:
         """The nodes of type ``kind`` at or under ``node`` (of the parsed tree), in source
         order: what ``libcst.matchers.findall(node, m.TypeOf(kind))`` finds, without a walk."""
         start = self._order[node]
         return [found for found in self._nodes[start:self._ends[node]] if isinstance(found, kind)]
+
+    def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        """``node`` is ``outer`` or under it."""
+        return self._order[outer] <= self._order.get(node, -1) < self._ends[outer]
+
+    def walk(self, root: cst.CSTNode, visit: Callable[[cst.CSTNode], bool]) -> None:
+        """Call ``visit`` on ``root`` and the nodes under it in source order, skipping what is
+        under a node for which it answers False (a ``CSTVisitor.on_visit`` walk, without
+        rebuilding the tree the way a libcst traversal does)."""
+        index, end = self._order[root], self._ends[root]
+        while index < end:
+            node = self._nodes[index]
+            index = index + 1 if visit(node) else self._ends[node]
 
     def position(self, node: cst.CSTNode):
         if self._positions is None:
