@@ -12,10 +12,10 @@ Pure source analysis: never imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple, Type, TypeVar, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union
 
 import libcst as cst
-from libcst.metadata import FunctionScope, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import BatchableMetadataProvider, FunctionScope, PositionProvider, Scope, ScopeProvider
 
 __all__ = ["ModuleFacts", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
@@ -52,6 +52,45 @@ class ScalerKind:
     implied_device: Optional[str]  # "cuda"/"cpu" for the legacy wrappers
 
 
+def _node_types(kind: type) -> Iterable[str]:
+    for sub in kind.__subclasses__():
+        yield sub.__name__
+        yield from _node_types(sub)
+
+
+class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
+    """Each node's (rank in source order, rank just past its subtree, parent).
+
+    It depends on nothing, so libcst computes it in the batched traversal it makes anyway
+    before ScopeProvider (the one resolving ExpressionContextProvider) instead of in a
+    traversal of its own: a libcst traversal rebuilds every node and costs about as much
+    as parsing the file.
+    """
+
+    _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: List[Tuple[cst.CSTNode, int]] = []
+        self._count = 0
+
+    def get_visitors(self) -> Mapping[str, Callable[[cst.CSTNode], None]]:
+        """Every node type, entered and left (the batched traversal calls per type only)."""
+        visitors: Dict[str, Callable[[cst.CSTNode], None]] = {}
+        for name in self._NODE_TYPES:
+            visitors[f"visit_{name}"] = self._enter
+            visitors[f"leave_{name}"] = self._leave
+        return visitors
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        self._open.append((node, self._count))
+        self._count += 1
+
+    def _leave(self, node: cst.CSTNode) -> None:
+        _, start = self._open.pop()
+        self.set_metadata(node, (start, self._count, self._open[-1][0] if self._open else None))
+
+
 class ModuleFacts:
     """Metadata-backed answers about one parsed module (``wrapper.module``)."""
 
@@ -59,53 +98,33 @@ class ModuleFacts:
         self.module = wrapper.module
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
-        self._scopes = wrapper.resolve(ScopeProvider)
+        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider])
+        self._scopes = metadata[ScopeProvider]
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._wrapper = wrapper
         self._positions = None  # resolved on first use: only reports need line numbers
-        self._survey()
+        self._survey(metadata[SourceOrderProvider])  # type: ignore[arg-type]
 
-    def _survey(self) -> None:
-        """One walk collecting what several rules look for: every node in source order
-        with its parent and the extent of its subtree, every name, every
+    def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
+        """What several rules look for, read off :class:`SourceOrderProvider`: every node in
+        source order with its parent and the extent of its subtree, every name, every
         ``x.backward(...)`` call, every import line."""
         names: Set[str] = set()
         backward_calls: List[cst.Call] = []
         import_lines: List[cst.SimpleStatementLine] = []
-        parents: Dict[cst.CSTNode, cst.CSTNode] = {}
-        order: Dict[cst.CSTNode, int] = {}
-        ends: Dict[cst.CSTNode, int] = {}
-        nodes: List[cst.CSTNode] = []
-        stack: List[cst.CSTNode] = []
-
-        class Survey(cst.CSTVisitor):
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                if stack:
-                    parents[node] = stack[-1]
-                order[node] = len(nodes)
-                nodes.append(node)
-                stack.append(node)
-                return super().on_visit(node)
-
-            def on_leave(self, original_node: cst.CSTNode) -> None:
-                ends[stack.pop()] = len(nodes)
-                super().on_leave(original_node)
-
-            def visit_Name(self, node: cst.Name) -> None:
+        nodes: List[cst.CSTNode] = [self.module] * len(source)
+        for node, (start, _, _) in source.items():
+            nodes[start] = node
+        for node in nodes:
+            if isinstance(node, cst.Name):
                 names.add(node.value)
-
-            def visit_Call(self, node: cst.Call) -> None:
+            elif isinstance(node, cst.Call):
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
                     backward_calls.append(node)
-
-            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            elif isinstance(node, cst.SimpleStatementLine):
                 if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
                     import_lines.append(node)
-
-        self.module.visit(Survey())
-        self._parents = parents
-        self._order = order
-        self._ends = ends
+        self._source = source
         self._nodes = nodes
         self.all_names = names
         self.backward_calls = backward_calls
@@ -123,21 +142,22 @@ class ModuleFacts:
     def subtree(self, node: cst.CSTNode, kind: Union[Type[N], Tuple[Type[N], ...]]) -> List[N]:
         """The nodes of type ``kind`` at or under ``node`` (of the parsed tree), in source
         order: what ``libcst.matchers.findall(node, m.TypeOf(kind))`` finds, without a walk."""
-        start = self._order[node]
-        return [found for found in self._nodes[start:self._ends[node]] if isinstance(found, kind)]
+        start, end, _ = self._source[node]
+        return [found for found in self._nodes[start:end] if isinstance(found, kind)]
 
     def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
         """``node`` is ``outer`` or under it."""
-        return self._order[outer] <= self._order.get(node, -1) < self._ends[outer]
+        start, end, _ = self._source[outer]
+        return start <= self.order(node) < end
 
     def walk(self, root: cst.CSTNode, visit: Callable[[cst.CSTNode], bool]) -> None:
         """Call ``visit`` on ``root`` and the nodes under it in source order, skipping what is
         under a node for which it answers False (a ``CSTVisitor.on_visit`` walk, without
         rebuilding the tree the way a libcst traversal does)."""
-        index, end = self._order[root], self._ends[root]
+        index, end, _ = self._source[root]
         while index < end:
             node = self._nodes[index]
-            index = index + 1 if visit(node) else self._ends[node]
+            index = index + 1 if visit(node) else self._source[node][1]
 
     def position(self, node: cst.CSTNode):
         if self._positions is None:
@@ -150,10 +170,10 @@ class ModuleFacts:
 
     def order(self, node: cst.CSTNode) -> int:
         """Rank of ``node`` in source order (pre-order walk); -1 outside the parsed tree."""
-        return self._order.get(node, -1)
+        return self._source[node][0] if node in self._source else -1
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self._parents.get(node)
+        return self._source[node][2] if node in self._source else None
 
     def scope(self, node: cst.CSTNode) -> Optional[Scope]:
         return self._scopes.get(node)
