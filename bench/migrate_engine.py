@@ -18,8 +18,9 @@ Run from the repository root (``PYTHONPATH=.`` if the project is not installed).
 
 Rounds are interleaved (bare, engine, bare, engine...) so that load changes hit both
 sides alike; each ratio is the median of the per-round ratios, with their spread
-(min-max). The machine's load (``os.getloadavg``) is printed before and after. Not part of
-the test suite.
+(min-max). Times are this process's CPU time (``time.process_time``), which waiting for a
+core on a loaded machine does not inflate; the machine's load (``os.getloadavg``) is
+printed before and after. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -63,16 +64,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def interleaved(sides: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, List[float]]:
-    """Seconds per round for each side, the sides run one after the other in every round
-    (after one warm-up round)."""
+    """CPU seconds per round for each side, the sides run one after the other in every
+    round (after one warm-up round)."""
     for run in sides.values():
         run()
     times: Dict[str, List[float]] = {name: [] for name in sides}
     for _ in range(rounds):
         for name, run in sides.items():
-            start = time.perf_counter()
+            start = time.process_time()
             run()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(time.process_time() - start)
     return times
 
 
@@ -110,13 +111,13 @@ def main(argv: Sequence[str]) -> None:
         "migrate_source": lambda: [migrate_source(text, name) for name, text in sources.items()],
     }, args.rounds)
     count = len(sources)
-    print(f"\nper AMP file ({count} example scripts, {args.rounds} interleaved rounds; ms per file)")
+    print(f"\nper AMP file ({count} example scripts, {args.rounds} interleaved rounds; CPU ms per file)")
     print(ratio_line("bare parse", times, "parse", "parse", count))
     print(ratio_line("bare parse + code", times, "parse+code", "parse", count))
     print(ratio_line("migrate_project (project view)", times, "migrate_project", "parse", count))
     print(ratio_line("migrate_source (engine only)", times, "migrate_source", "parse", count))
 
-    print(f"\ngrowth with file size (repeated training functions; ms per file)")
+    print(f"\ngrowth with file size (repeated training functions; CPU ms per file)")
     for lines in (int(size) for size in args.sizes.split(",")):
         text = generated_file(lines)
         name = f"generated_{lines}.py"
@@ -142,7 +143,7 @@ def tree_row(files: int, amp_share: float, rounds: int) -> None:
             "parse+code": lambda: trees.bare_libcst(paths),
             "--check": lambda: trees.run_cli_quietly(["--check", "-q", str(tree)]),
         }, rounds)
-    print(f"\ntree of {files} files, {amp_count} AMP ({rounds} interleaved rounds; ms per tree)")
+    print(f"\ntree of {files} files, {amp_count} AMP ({rounds} interleaved rounds; CPU ms per tree)")
     print(ratio_line("bare libcst parse + code", times, "parse+code", "parse+code", 1))
     print(ratio_line("roundpipe-migrate --check -q", times, "--check", "parse+code", 1))
 

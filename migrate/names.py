@@ -12,7 +12,7 @@ Pure source analysis: never imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union, cast
 
 import libcst as cst
 from libcst.metadata import BatchableMetadataProvider, FunctionScope, PositionProvider, Scope, ScopeProvider
@@ -53,7 +53,9 @@ class ScalerKind:
 
 
 def _node_types(kind: type) -> Iterable[str]:
-    for sub in kind.__subclasses__():
+    """The names of every libcst node class derived from ``kind``."""
+    subclasses: List[type] = kind.__subclasses__()
+    for sub in subclasses:
         yield sub.__name__
         yield from _node_types(sub)
 
@@ -96,14 +98,15 @@ class ModuleFacts:
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
+        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider])
+        self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
-        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider])
-        self._scopes = metadata[ScopeProvider]
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._wrapper = wrapper
         self._positions = None  # resolved on first use: only reports need line numbers
-        self._survey(metadata[SourceOrderProvider])  # type: ignore[arg-type]
+        self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]],
+                          metadata[SourceOrderProvider]))
 
     def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
         """What several rules look for, read off :class:`SourceOrderProvider`: every node in

@@ -22,8 +22,8 @@ def code(node: cst.CSTNode) -> str:
 
 def method_call(node: cst.CSTNode, owner: str, method: str) -> bool:
     """``owner.method(...)`` with ``owner`` a plain name."""
-    return calls_method(node, method) and isinstance(node.func.value, cst.Name) \
-        and node.func.value.value == owner  # type: ignore[attr-defined]
+    return calls_method(node, method) and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+        and isinstance(node.func.value, cst.Name) and node.func.value.value == owner
 
 
 def calls_method(node: cst.CSTNode, method: str) -> bool:
