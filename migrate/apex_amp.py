@@ -140,23 +140,12 @@ class ApexRules(TorchAmpRules):
     # ------------------------------------------------------------------ discovery
     def _apex_uses(self) -> List[Tuple[cst.CSTNode, str]]:
         uses: List[Tuple[cst.CSTNode, str]] = []
-        facts = self.facts
-
-        class Find(cst.CSTVisitor):
-            def visit_Attribute(self, node: cst.Attribute) -> bool:
-                return self._record(node)
-
-            def visit_Name(self, node: cst.Name) -> None:
-                self._record(node)
-
-            def _record(self, node) -> bool:
-                names = [q for q in facts.qualified(node) if q == _APEX or q.startswith(_APEX + ".")]
-                if names:
-                    uses.append((node, max(names, key=len)))
-                    return False
-                return True
-
-        facts.module.visit(Find())
+        for node in self.facts.subtree(self.facts.module, (cst.Attribute, cst.Name)):
+            if uses and self.facts.within(node, uses[-1][0]):
+                continue  # the parts of a recorded ``amp.x`` are not uses of their own
+            names = [q for q in self.facts.qualified(node) if q == _APEX or q.startswith(_APEX + ".")]
+            if names:
+                uses.append((node, max(names, key=len)))
         return uses
 
     def _is_import(self, node: cst.CSTNode) -> bool:

@@ -14,7 +14,7 @@ and a statement that is dropped hands its comments to the first statement replac
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Sequence, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -104,11 +104,23 @@ def _settle_comments(body: list, footer: Sequence[cst.EmptyLine]) -> Tuple[list,
 
 
 class EditApplier(cst.CSTTransformer):
-    """Applies :class:`Edits` to the tree they were recorded on."""
+    """Applies :class:`Edits` to the tree they were recorded on.
 
-    def __init__(self, edits: Edits) -> None:
+    ``ancestors(node)`` gives the nodes above a node of that tree: the pass only goes down
+    the paths to edited nodes, and every other subtree is kept as it is without being
+    rebuilt (a libcst traversal rebuilds each node it enters).
+    """
+
+    def __init__(self, edits: Edits, ancestors: Callable[[cst.CSTNode], Iterable[cst.CSTNode]]) -> None:
         super().__init__()
         self._edits = edits
+        self._paths: Set[cst.CSTNode] = set()
+        for node in [*edits.expressions, *edits.blocks]:
+            self._paths.add(node)
+            self._paths.update(ancestors(node))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self._paths
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         build = self._edits.expressions.get(original_node)

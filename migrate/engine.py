@@ -79,7 +79,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
     if not plan.edits:
         return result
     _add_header(facts.module, plan)
-    migrated = facts.module.visit(EditApplier(plan.edits)).code
+    migrated = facts.module.visit(EditApplier(plan.edits, facts.ancestors)).code
     try:
         compile(migrated, path, "exec")
     except SyntaxError as err:  # a bug in a rule: never write what does not compile

@@ -12,18 +12,14 @@ Pure source analysis: never imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union, cast
 
 import libcst as cst
-from libcst.metadata import (
-    FunctionScope,
-    PositionProvider,
-    QualifiedNameProvider,
-    Scope,
-    ScopeProvider,
-)
+from libcst.metadata import BatchableMetadataProvider, FunctionScope, PositionProvider, Scope, ScopeProvider
 
 __all__ = ["ModuleFacts", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
+
+N = TypeVar("N", bound=cst.CSTNode)
 
 SCALER_DEVICE_FIRST = {"torch.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 SCALER_LEGACY_CUDA = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
@@ -56,63 +52,115 @@ class ScalerKind:
     implied_device: Optional[str]  # "cuda"/"cpu" for the legacy wrappers
 
 
+def _node_types(kind: type) -> Iterable[str]:
+    """The names of every libcst node class derived from ``kind``."""
+    subclasses: List[type] = kind.__subclasses__()
+    for sub in subclasses:
+        yield sub.__name__
+        yield from _node_types(sub)
+
+
+class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
+    """Each node's (rank in source order, rank just past its subtree, parent).
+
+    It depends on nothing, so libcst computes it in the batched traversal it makes anyway
+    before ScopeProvider (the one resolving ExpressionContextProvider) instead of in a
+    traversal of its own: a libcst traversal rebuilds every node and costs about as much
+    as parsing the file.
+    """
+
+    _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: List[Tuple[cst.CSTNode, int]] = []
+        self._count = 0
+
+    def get_visitors(self) -> Mapping[str, Callable[[cst.CSTNode], None]]:
+        """Every node type, entered and left (the batched traversal calls per type only)."""
+        visitors: Dict[str, Callable[[cst.CSTNode], None]] = {}
+        for name in self._NODE_TYPES:
+            visitors[f"visit_{name}"] = self._enter
+            visitors[f"leave_{name}"] = self._leave
+        return visitors
+
+    def _enter(self, node: cst.CSTNode) -> None:
+        self._open.append((node, self._count))
+        self._count += 1
+
+    def _leave(self, node: cst.CSTNode) -> None:
+        _, start = self._open.pop()
+        self.set_metadata(node, (start, self._count, self._open[-1][0] if self._open else None))
+
+
 class ModuleFacts:
     """Metadata-backed answers about one parsed module (``wrapper.module``)."""
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._qnames = wrapper.resolve(QualifiedNameProvider)
-        self._scopes = wrapper.resolve(ScopeProvider)
+        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider])
+        self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
+        # Qualified names are asked of a few dozen nodes: each is computed from its scope
+        # when asked (what QualifiedNameProvider does for every node) and kept.
+        self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._wrapper = wrapper
         self._positions = None  # resolved on first use: only reports need line numbers
-        self._survey()
+        self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]],
+                          metadata[SourceOrderProvider]))
 
-    def _survey(self) -> None:
-        """One walk collecting what several rules look for: every name, every
+    def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
+        """What several rules look for, read off :class:`SourceOrderProvider`: every node in
+        source order with its parent and the extent of its subtree, every name, every
         ``x.backward(...)`` call, every import line."""
         names: Set[str] = set()
         backward_calls: List[cst.Call] = []
         import_lines: List[cst.SimpleStatementLine] = []
-        parents: Dict[cst.CSTNode, cst.CSTNode] = {}
-        order: Dict[cst.CSTNode, int] = {}
-        stack: List[cst.CSTNode] = []
-
-        class Survey(cst.CSTVisitor):
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                if stack:
-                    parents[node] = stack[-1]
-                order[node] = len(order)
-                stack.append(node)
-                return super().on_visit(node)
-
-            def on_leave(self, original_node: cst.CSTNode) -> None:
-                stack.pop()
-                super().on_leave(original_node)
-
-            def visit_Name(self, node: cst.Name) -> None:
+        nodes: List[cst.CSTNode] = [self.module] * len(source)
+        for node, (start, _, _) in source.items():
+            nodes[start] = node
+        for node in nodes:
+            if isinstance(node, cst.Name):
                 names.add(node.value)
-
-            def visit_Call(self, node: cst.Call) -> None:
+            elif isinstance(node, cst.Call):
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
                     backward_calls.append(node)
-
-            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            elif isinstance(node, cst.SimpleStatementLine):
                 if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
                     import_lines.append(node)
-
-        self.module.visit(Survey())
-        self._parents = parents
-        self._order = order
+        self._source = source
+        self._nodes = nodes
         self.all_names = names
         self.backward_calls = backward_calls
         self.import_lines = import_lines
 
     # ------------------------------------------------------------------ basic lookups
     def qualified(self, node: cst.CSTNode) -> Set[str]:
-        found = self._qnames.get(node, ())
-        if callable(found):  # newer libcst computes qualified names lazily
-            found = found()
-        return {q.name for q in found}
+        found = self._qualified.get(node)
+        if found is None:
+            scope = self._scopes.get(node)
+            found = {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+            self._qualified[node] = found
+        return set(found)
+
+    def subtree(self, node: cst.CSTNode, kind: Union[Type[N], Tuple[Type[N], ...]]) -> List[N]:
+        """The nodes of type ``kind`` at or under ``node`` (of the parsed tree), in source
+        order: what ``libcst.matchers.findall(node, m.TypeOf(kind))`` finds, without a walk."""
+        start, end, _ = self._source[node]
+        return [found for found in self._nodes[start:end] if isinstance(found, kind)]
+
+    def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        """``node`` is ``outer`` or under it."""
+        start, end, _ = self._source[outer]
+        return start <= self.order(node) < end
+
+    def walk(self, root: cst.CSTNode, visit: Callable[[cst.CSTNode], bool]) -> None:
+        """Call ``visit`` on ``root`` and the nodes under it in source order, skipping what is
+        under a node for which it answers False (a ``CSTVisitor.on_visit`` walk, without
+        rebuilding the tree the way a libcst traversal does)."""
+        index, end, _ = self._source[root]
+        while index < end:
+            node = self._nodes[index]
+            index = index + 1 if visit(node) else self._source[node][1]
 
     def position(self, node: cst.CSTNode):
         if self._positions is None:
@@ -125,10 +173,10 @@ class ModuleFacts:
 
     def order(self, node: cst.CSTNode) -> int:
         """Rank of ``node`` in source order (pre-order walk); -1 outside the parsed tree."""
-        return self._order.get(node, -1)
+        return self._source[node][0] if node in self._source else -1
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self._parents.get(node)
+        return self._source[node][2] if node in self._source else None
 
     def scope(self, node: cst.CSTNode) -> Optional[Scope]:
         return self._scopes.get(node)

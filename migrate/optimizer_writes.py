@@ -12,49 +12,52 @@ from __future__ import annotations
 from typing import Callable, List, Set
 
 import libcst as cst
-import libcst.matchers as m
+
+from .names import ModuleFacts
+from .syntax import method_call
 
 __all__ = ["optimizer_writes"]
 
 
-def optimizer_writes(root: cst.CSTNode, optimizer: str, is_scheduler: Callable[[str, cst.CSTNode], bool],
+def optimizer_writes(facts: ModuleFacts, root: cst.CSTNode, optimizer: str,
+                     is_scheduler: Callable[[str, cst.CSTNode], bool],
                      skipped: Set[cst.CSTNode], trainers: Set[str]) -> List[cst.BaseStatement]:
     """Statements under ``root`` (not inside nested functions or classes, nor under the
     ``skipped`` nodes) that touch the state of ``optimizer``, in source order: the outermost
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
     a call of one of the ``trainers``, the functions holding the migrated steps)."""
-    param_groups = m.Attribute(value=m.Name(optimizer), attr=m.Name("param_groups"))
     found: List[cst.BaseStatement] = []
 
+    def reads_param_groups(node: cst.CSTNode) -> bool:
+        return any(attribute.attr.value == "param_groups" and isinstance(attribute.value, cst.Name)
+                   and attribute.value.value == optimizer for attribute in facts.subtree(node, cst.Attribute))
+
     def touches(line: cst.SimpleStatementLine) -> bool:
-        if m.findall(line, param_groups):
+        if reads_param_groups(line):
             return True
-        for call in m.findall(line, m.Call()):
-            assert isinstance(call, cst.Call)
-            if m.matches(call.func, m.Attribute(value=m.Name(optimizer),
-                                                attr=m.Name("add_param_group") | m.Name("load_state_dict"))):
+        for call in facts.subtree(line, cst.Call):
+            if method_call(call, optimizer, "add_param_group") or method_call(call, optimizer, "load_state_dict"):
                 return True
-            if m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name("step"))) and \
-                    is_scheduler(call.func.value.value, line):  # type: ignore[attr-defined]
+            if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
+                    call.func.attr.value == "step" and is_scheduler(call.func.value.value, line):
                 return True
-            if any(m.matches(arg.value, m.Name(optimizer)) for arg in call.args) and \
+            if any(isinstance(arg.value, cst.Name) and arg.value.value == optimizer for arg in call.args) and \
                     not (isinstance(call.func, cst.Name) and call.func.value in trainers):
                 return True
         return False
 
-    class Find(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if node in skipped or (node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))):
-                return False
-            if isinstance(node, cst.For) and m.findall(node.iter, param_groups):
+    def visit(node: cst.CSTNode) -> bool:
+        if node in skipped or (node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))):
+            return False
+        if isinstance(node, cst.For) and reads_param_groups(node.iter):
+            found.append(node)
+            return False
+        if isinstance(node, cst.SimpleStatementLine):
+            if touches(node):
                 found.append(node)
-                return False
-            if isinstance(node, cst.SimpleStatementLine):
-                if touches(node):
-                    found.append(node)
-                return False
-            return True
+            return False
+        return True
 
-    root.visit(Find())
+    facts.walk(root, visit)
     return found

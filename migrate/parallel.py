@@ -11,7 +11,6 @@ import re
 from typing import Optional, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
 from .names import PARALLEL_WRAPPERS, ModuleFacts
 
@@ -29,8 +28,7 @@ _OTHER_TRAINERS = {
 def parallel_call(facts: ModuleFacts, node: cst.CSTNode, depth: int = 0) -> Optional[cst.Call]:
     """A DDP/DataParallel call under ``node``, directly or inside a function of this module
     that ``node`` calls (``model = wrap_distributed(model)``), else None."""
-    for call in m.findall(node, m.Call()):
-        assert isinstance(call, cst.Call)
+    for call in facts.subtree(node, cst.Call):
         if facts.calls_any(call, PARALLEL_WRAPPERS):
             return call
         function = facts.local_function(call)

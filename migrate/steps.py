@@ -82,7 +82,7 @@ class StepBuilder:
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, self.model_outer, calls))
         for root, name, model_name, anchors in places:
-            for statement in optimizer_writes(root, name, self._is_scheduler, skipped, trainers):
+            for statement in optimizer_writes(self.facts, root, name, self._is_scheduler, skipped, trainers):
                 if any(self._may_run_after(statement, anchor) for anchor in anchors):
                     self.rules.plan.synchronize_before.append((statement, model_name))
 
@@ -412,7 +412,7 @@ class StepBuilder:
     def _names_outside(self, moved: List[cst.BaseStatement]) -> Set[str]:
         """Names used in the step's function (or module) outside the moved statements."""
         scope_node = self.facts.enclosing(self.backward, (cst.FunctionDef,)) or self.facts.module
-        return names_outside(scope_node, set(moved))
+        return names_outside(self.facts, scope_node, set(moved))
 
     def _sum_reduced(self, statements: List[cst.BaseStatement]) -> bool:
         """The loss sums over the batch (``reduction="sum"`` in it or in its criterion):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
-__all__ = ["code", "method_call", "only_expression", "names_in", "assigned_names", "is_assignment_line",
+if TYPE_CHECKING:
+    from .names import ModuleFacts
+
+__all__ = ["code", "method_call", "calls_method", "only_expression", "names_in", "assigned_names", "is_assignment_line",
            "is_plain_line", "written_and_read", "names_outside"]
 
 _EMPTY = cst.Module([])
@@ -20,7 +22,13 @@ def code(node: cst.CSTNode) -> str:
 
 def method_call(node: cst.CSTNode, owner: str, method: str) -> bool:
     """``owner.method(...)`` with ``owner`` a plain name."""
-    return m.matches(node, m.Call(func=m.Attribute(value=m.Name(owner), attr=m.Name(method))))
+    return calls_method(node, method) and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+        and isinstance(node.func.value, cst.Name) and node.func.value.value == owner
+
+
+def calls_method(node: cst.CSTNode, method: str) -> bool:
+    """``<anything>.method(...)``."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == method
 
 
 def only_expression(statement: cst.BaseStatement) -> Optional[cst.BaseExpression]:
@@ -113,23 +121,19 @@ def written_and_read(statement: cst.BaseStatement) -> Tuple[Set[str], Set[str]]:
     return written, read
 
 
-def names_outside(root: cst.CSTNode, skipped: Set[cst.CSTNode]) -> Set[str]:
+def names_outside(facts: "ModuleFacts", root: cst.CSTNode, skipped: Set[cst.CSTNode]) -> Set[str]:
     """Every plain name read or bound under ``root``, except under the ``skipped`` nodes."""
     found: Set[str] = set()
 
-    class Collect(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if node in skipped:
-                return False
-            if isinstance(node, cst.Name):
-                found.add(node.value)
-            return not isinstance(node, cst.Attribute) or _visit_attribute_value(node, self)
+    def visit(node: cst.CSTNode) -> bool:
+        if node in skipped:
+            return False
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        if isinstance(node, cst.Attribute):  # only its object: the attribute's name is no variable
+            facts.walk(node.value, visit)
+            return False
+        return True
 
-    root.visit(Collect())
+    facts.walk(root, visit)
     return found
-
-
-def _visit_attribute_value(attribute: cst.Attribute, visitor: cst.CSTVisitor) -> bool:
-    """Visit only the object of ``x.attr`` (the attribute's name is not a variable)."""
-    attribute.value.visit(visitor)
-    return False

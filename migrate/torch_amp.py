@@ -32,7 +32,7 @@ from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, Plan
 from .steps import StepBuilder
-from .syntax import code, only_expression
+from .syntax import calls_method, code, only_expression
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -119,10 +119,10 @@ class TorchAmpRules:
     def _reject_unscale_elsewhere(self) -> None:
         """``<anything>.unscale_(...)`` outside the recognised steps: a scaler used where the
         migration did not follow it."""
-        step_functions = {arg.value.value for call in m.findall(self.facts.module, m.Call(
-            func=m.Attribute(attr=m.Name("step")), args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))
-            for arg in call.args[:1]}  # type: ignore[attr-defined]
-        for call in m.findall(self.facts.module, m.Call(func=m.Attribute(attr=m.Name("unscale_")))):
+        calls = self.facts.subtree(self.facts.module, cst.Call)
+        step_functions = {call.args[0].value.value for call in calls  # type: ignore[attr-defined]
+                          if calls_method(call, "step") and call.args and isinstance(call.args[0].value, cst.Name)}
+        for call in (call for call in calls if calls_method(call, "unscale_")):
             function = self.facts.enclosing(call, (cst.FunctionDef,))
             if isinstance(function, cst.FunctionDef) and function.name.value in step_functions:
                 continue  # already RoundPipe's form: inside a function handed to model.step
@@ -140,19 +140,14 @@ class TorchAmpRules:
 
     def _find_scalers(self) -> List[Tuple[cst.Call, cst.SimpleStatementLine]]:
         found = []
-        facts = self.facts
-
-        class Find(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                try:
-                    kind = facts.scaler_kind(call)
-                except ValueError:
-                    raise Blocked(call, "RPM104", "GradScaler import fallback mixes torch.amp and "
-                                  "torch.cuda.amp with positional arguments; pass them by keyword")
-                if kind is not None:
-                    found.append((call, facts.statement_of(call)))
-
-        facts.module.visit(Find())
+        for call in self.facts.subtree(self.facts.module, cst.Call):
+            try:
+                kind = self.facts.scaler_kind(call)
+            except ValueError:
+                raise Blocked(call, "RPM104", "GradScaler import fallback mixes torch.amp and "
+                              "torch.cuda.amp with positional arguments; pass them by keyword")
+            if kind is not None:
+                found.append((call, self.facts.statement_of(call)))
         return found
 
     # -------------------------------------------------------------- the scaler itself
