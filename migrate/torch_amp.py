@@ -135,8 +135,13 @@ class TorchAmpRules:
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return False
         small = statement.body[0]
-        return isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and \
-            self.facts.scaler_kind(small.value) is None and bool(self.facts.qualified(small.value.func))
+        if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)):
+            return False
+        try:
+            kind = self.facts.scaler_kind(small.value)
+        except ValueError:  # an ambiguous GradScaler spelling is still a GradScaler (RPM104 later)
+            return False
+        return kind is None and bool(self.facts.qualified(small.value.func))
 
     def _find_scalers(self) -> List[Tuple[cst.Call, cst.SimpleStatementLine]]:
         found = []
@@ -323,7 +328,8 @@ class TorchAmpRules:
         if isinstance(block, cst.IndentedBlock) and len(body) == 1:
             keep = cst.parse_statement("pass\n")
             self.plan.edits.replace_range(block, 0, 1,
-                                          lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines)])
+                                          lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines,
+                                                                             trailing_whitespace=getattr(updated[0], "trailing_whitespace", keep.trailing_whitespace))])
         else:
             self._drop_statement(statement)
 
