@@ -79,8 +79,10 @@ def interleaved(sides: Dict[str, Callable[[], object]], rounds: int) -> Dict[str
 
 def ratio_line(label: str, times: Dict[str, List[float]], side: str, base: str, per: int) -> str:
     ratios = [t / b for t, b in zip(times[side], times[base])]
-    return (f"{label:34s} {statistics.median(times[side]) * 1000 / per:8.2f} ms  "
-            f"{statistics.median(ratios):5.2f}x {base}  (spread {min(ratios):.2f}-{max(ratios):.2f})")
+    return (
+        f"{label:34s} {statistics.median(times[side]) * 1000 / per:8.2f} ms  "
+        f"{statistics.median(ratios):5.2f}x {base}  (spread {min(ratios):.2f}-{max(ratios):.2f})"
+    )
 
 
 def generated_file(lines: int) -> str:
@@ -99,17 +101,19 @@ def load() -> str:
 
 def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
-    print(f"libcst {importlib.metadata.version('libcst')}, "
-          f"python {sys.version.split()[0]}, {load()}")
+    print(f"libcst {importlib.metadata.version('libcst')}, python {sys.version.split()[0]}, {load()}")
     scripts = sorted((REPO / "examples").glob("amp_*.py")) + sorted((REPO / "examples").glob("apex_*.py"))
     sources = {path.name: path.read_text(encoding="utf-8") for path in scripts}
 
-    times = interleaved({
-        "parse": lambda: [libcst.parse_module(text) for text in sources.values()],
-        "parse+code": lambda: [libcst.parse_module(text).code for text in sources.values()],
-        "migrate_project": lambda: [migrate_project({name: text}) for name, text in sources.items()],
-        "migrate_source": lambda: [migrate_source(text, name) for name, text in sources.items()],
-    }, args.rounds)
+    times = interleaved(
+        {
+            "parse": lambda: [libcst.parse_module(text) for text in sources.values()],
+            "parse+code": lambda: [libcst.parse_module(text).code for text in sources.values()],
+            "migrate_project": lambda: [migrate_project({name: text}) for name, text in sources.items()],
+            "migrate_source": lambda: [migrate_source(text, name) for name, text in sources.items()],
+        },
+        args.rounds,
+    )
     count = len(sources)
     print(f"\nper AMP file ({count} example scripts, {args.rounds} interleaved rounds; CPU ms per file)")
     print(ratio_line("bare parse", times, "parse", "parse", count))
@@ -117,18 +121,28 @@ def main(argv: Sequence[str]) -> None:
     print(ratio_line("migrate_project (project view)", times, "migrate_project", "parse", count))
     print(ratio_line("migrate_source (engine only)", times, "migrate_source", "parse", count))
 
-    print(f"\ngrowth with file size (repeated training functions; CPU ms per file)")
+    print("\ngrowth with file size (repeated training functions; CPU ms per file)")
     for lines in (int(size) for size in args.sizes.split(",")):
         text = generated_file(lines)
         name = f"generated_{lines}.py"
         rounds = max(3, args.rounds if lines <= 500 else 3)
-        times = interleaved({
-            "parse": lambda: libcst.parse_module(text),
-            "migrate_project": lambda: migrate_project({name: text}),
-        }, rounds)
+        times = interleaved(
+            {
+                "parse": lambda: libcst.parse_module(text),
+                "migrate_project": lambda: migrate_project({name: text}),
+            },
+            rounds,
+        )
         result = migrate_project({name: text})[name]
-        print(ratio_line(f"{text.count(chr(10)):6d} lines ({len(result.rewrites)} rewrites)", times,
-                         "migrate_project", "parse", 1))
+        print(
+            ratio_line(
+                f"{text.count(chr(10)):6d} lines ({len(result.rewrites)} rewrites)",
+                times,
+                "migrate_project",
+                "parse",
+                1,
+            )
+        )
     if args.files:
         tree_row(args.files, args.amp_share, args.rounds)
     print(f"\n{load()}")
@@ -139,10 +153,13 @@ def tree_row(files: int, amp_share: float, rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="rp-migrate-engine-") as scratch:
         tree = Path(scratch) / "mixed"
         paths = trees.write_amp_files(tree, amp_count) + trees.write_plain_files(tree, files - amp_count)
-        times = interleaved({
-            "parse+code": lambda: trees.bare_libcst(paths),
-            "--check": lambda: trees.run_cli_quietly(["--check", "-q", str(tree)]),
-        }, rounds)
+        times = interleaved(
+            {
+                "parse+code": lambda: trees.bare_libcst(paths),
+                "--check": lambda: trees.run_cli_quietly(["--check", "-q", str(tree)]),
+            },
+            rounds,
+        )
     print(f"\ntree of {files} files, {amp_count} AMP ({rounds} interleaved rounds; CPU ms per tree)")
     print(ratio_line("bare libcst parse + code", times, "parse+code", "parse+code", 1))
     print(ratio_line("roundpipe-migrate --check -q", times, "--check", "parse+code", 1))
