@@ -4,7 +4,9 @@
 
     roundpipe-parity [--device cpu|cuda|all] [--quick] [--scenario NAME ...] [--steps N] [--out DIR]
 
-Exit status 0 iff no row diverged (skipped rows, with their reasons, do not fail the run).
+Exit status 0 iff no row diverged (skipped rows, with their reasons, do not fail the run);
+2 for a usage error, found before anything runs: ``--steps`` outside 2..MAX_STEPS, an empty
+``--out``, or an ``--out`` folder that cannot be created or written.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+import tempfile
 from typing import Optional, Sequence
 
 from .matrix import environment, run_matrix
 from .report import write_reports
 from .scenarios import scenario_names
 
-__all__ = ["main"]
+__all__ = ["main", "MAX_STEPS"]
+
+MAX_STEPS = 10_000  # every runner keeps every step's parameters in memory for the comparison
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,15 +37,36 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="fewer steps and examples (for tests)")
     parser.add_argument("--scenario", action="append", choices=scenario_names(), metavar="NAME",
                         help="run only this scenario (repeatable; examples are then left out)")
-    parser.add_argument("--steps", type=int, help="optimizer steps per scenario")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out/parity"))
+    parser.add_argument("--steps", type=int, help=f"optimizer steps per scenario (2 to {MAX_STEPS})")
+    parser.add_argument("--out", type=_out_folder, default=pathlib.Path("out/parity"))
     return parser
 
 
+def _out_folder(text: str) -> pathlib.Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the report folder must not be empty")
+    return pathlib.Path(text)
+
+
+def _unwritable_reason(out: pathlib.Path) -> Optional[str]:
+    """Why the reports could not be written to ``out`` (creating it if needed), or None."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        return f"cannot write the reports to {str(out)!r}: {err.strerror or err}"
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.steps is not None and args.steps < 2:
-        _parser().error("--steps must be at least 2")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.steps is not None and not 2 <= args.steps <= MAX_STEPS:
+        parser.error(f"--steps must be between 2 and {MAX_STEPS}, got {args.steps}")
+    reason = _unwritable_reason(args.out)
+    if reason is not None:
+        parser.error(reason)
     rows = run_matrix(args.device, args.quick, args.scenario, args.steps)
     command = "roundpipe-parity " + " ".join(argv if argv is not None else sys.argv[1:])
     data = write_reports(args.out, rows, environment(), command.strip())

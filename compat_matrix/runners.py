@@ -157,6 +157,25 @@ def run_plain(scenario: Scenario, device: str, make_scaler: Callable[[], Any], r
     return trace
 
 
+class _UnscaledLoss:
+    """A ``loss_fn`` that back-propagates the scaled loss and logs the unscaled one.
+
+    Logging ``forward_backward(...) / scaler.get_scale()`` breaks once loss x scale
+    overflows float32 (a bf16 or clean run can grow the scale to 2**127): the logged value
+    becomes inf/NaN while training is fine. ``total`` is the sum over microbatches of the
+    unscaled losses, from zero on the CPU, so one microbatch logs the loss bit for bit.
+    """
+
+    def __init__(self, scaler: GradScaler, scenario: Scenario, step: int) -> None:
+        self.scaler, self.scenario, self.step = scaler, scenario, step
+        self.total = torch.zeros((), dtype=torch.float32)
+
+    def __call__(self, out: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        loss = loss_of(self.scenario, out, label, self.step)
+        self.total = self.total + (loss.detach() / self.scenario.microbatches).to("cpu")
+        return self.scaler.scale(loss) / self.scenario.microbatches
+
+
 def run_roundpipe(scenario: Scenario, device: str, is_async: bool) -> Trace:
     """``RoundPipe`` + ``roundpipe.GradScaler``: exact (synchronous) or asynchronous."""
     net = make_model(scenario, device)
@@ -176,14 +195,12 @@ def run_roundpipe(scenario: Scenario, device: str, is_async: bool) -> Trace:
         trace.scales.append(scaler.get_scale())
         for micro in range(scenario.accumulate):
             x, y = batches[step * scenario.accumulate + micro]
+            logged = _UnscaledLoss(scaler, scenario, step)
             with autocast_context(scenario, device):
-                loss = model.forward_backward(
-                    (x,), label=y,
-                    loss_fn=lambda out, lbl, s=scaler, k=step: s.scale(loss_of(scenario, out, lbl, k)) / scenario.microbatches,
-                ) / scaler.get_scale()
+                model.forward_backward((x,), label=y, loss_fn=logged)
         model.step(_step_recording(scenario, scaler, optimizers, copies, step, trace), is_async=is_async)
         scaler.update(is_async=is_async)
-        trace.losses.append(loss.item())
+        trace.losses.append(logged.total.item())
         trace.params.append(_snapshot(net.parameters()))
     model.synchronize()
     trace.optimizer_state = _optimizer_tensors(optimizers)
@@ -275,19 +292,12 @@ def run_async_reference(scenario: Scenario, device: str) -> Trace:
         trace.skipped.append(all(torch.equal(a, b) for a, b in zip(before, masters)))
         previous_result = [m.detach().clone() for m in masters]
         rule.update(found_any)
-        trace.losses.append(_reported_loss(loss, scale_t, scale))
+        trace.losses.append(loss.item())
         trace.params.append(_snapshot(model.parameters()))
     trace.optimizer_state = _optimizer_tensors(optimizers)
     trace.scaler_state = {"scale": rule.scale, "growth_factor": 2.0, "backoff_factor": 0.5,
                           "growth_interval": rule.interval, "_growth_tracker": rule.tracker}
     return trace
-
-
-def _reported_loss(loss: torch.Tensor, scale_t: torch.Tensor, scale: float) -> float:
-    """The loss as ``forward_backward(...) / scaler.get_scale()`` reports it: the scaled loss,
-    detached, summed on the CPU from zero, divided by the scale."""
-    scaled = (loss.detach() * scale_t / 1).to("cpu")
-    return ((torch.zeros_like(scaled) + scaled) / scale).item()
 
 
 def apex_unavailable_reason(device: str) -> Optional[str]:

@@ -20,8 +20,11 @@ plain loop and the one-iteration lag when steps run asynchronously, deterministi
 from __future__ import annotations
 
 import inspect
+import math
+import os
 import threading
 import warnings
+import weakref
 from collections import abc, defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, overload
 
@@ -187,6 +190,7 @@ class GradScaler:
     def _start_fresh(self) -> None:
         """(Re)create the thread-side state: lock, records, lazily created tensors."""
         self._lock = threading.Lock()
+        _LIVE_SCALERS.add(self)
         self._scale: Optional[torch.Tensor] = None
         self._growth_tracker: Optional[torch.Tensor] = None
         self._current = _Iteration(optim_stream.launched_seq())
@@ -655,9 +659,11 @@ class GradScaler:
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Load a state dict written by this class or by ``torch.amp.GradScaler``.
 
-        Main thread; waits for queued optimizer work first. Keys are read in torch's order
-        (a missing key raises ``KeyError`` after the earlier ones were applied, as torch).
-        No-op when disabled.
+        Main thread; waits for queued optimizer work first. ``_pending_found_inf`` (optional)
+        is checked before anything is applied: a list or tuple of at most one finite,
+        non-negative number (the lag is one iteration), else ``ValueError`` and the scaler is
+        unchanged. torch's keys are then read in torch's order (a missing key raises
+        ``KeyError`` after the earlier ones were applied, as torch). No-op when disabled.
         """
         if not self._enabled:
             return
@@ -666,6 +672,7 @@ class GradScaler:
                 "The source state dict is empty, possibly because it was saved from a "
                 "disabled instance of GradScaler."
             )
+        pending = _checked_pending(state_dict.get("_pending_found_inf", []))
         optim_stream.synchronize("GradScaler.load_state_dict()")
         self._main_scale()
         self._init_scale = state_dict["scale"]
@@ -678,7 +685,7 @@ class GradScaler:
         self._init_growth_tracker = state_dict["_growth_tracker"]
         if self._growth_tracker is not None:
             self._growth_tracker.fill_(state_dict["_growth_tracker"])
-        self._load_pending(state_dict.get("_pending_found_inf", []))
+        self._load_pending(pending)
 
     def _load_pending(self, pending: Iterable[float]) -> None:
         """Replace unapplied ended records with loaded results (main thread, stream idle)."""
@@ -777,6 +784,20 @@ class GradScaler:
         return unscale_grads_(optimizer.param_groups, inv_scale, allow_fp16)
 
 
+_LIVE_SCALERS: "weakref.WeakSet[GradScaler]" = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    """After fork only the forking thread exists: a scaler lock the optimizer thread held
+    at that moment would never be released in the child, so every scaler gets a new one.
+    (The records stay: optim_stream's fork contract keeps their sequence numbers valid.)"""
+    for scaler in list(_LIVE_SCALERS):
+        scaler._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
+
 _FIX_HINT = (
     "This may indicate your script did not use scaler.scale(loss or outputs) earlier "
     "in the iteration."
@@ -789,6 +810,36 @@ def _check_bounds(min_scale: Optional[float], max_scale: Optional[float]) -> Non
             raise ValueError(f"{name} must be a positive number or None, got {bound!r}")
     if min_scale is not None and max_scale is not None and min_scale > max_scale:
         raise ValueError(f"min_scale ({min_scale}) must not exceed max_scale ({max_scale})")
+
+
+def _checked_pending(pending: Any) -> List[float]:
+    """Validate a state dict's ``_pending_found_inf``; return it as floats.
+
+    ``state_dict()`` writes at most one entry (the lagged iteration's found_inf count); more
+    entries, or values that are not finite counts, would back the scale off wrongly (down
+    to 0 for a long list), so they are refused before the load changes anything.
+    """
+    if not isinstance(pending, (list, tuple)):
+        raise ValueError(
+            f"_pending_found_inf must be a list, got {type(pending).__name__}: {pending!r}"
+        )
+    if len(pending) > 1:
+        raise ValueError(
+            f"_pending_found_inf holds {len(pending)} results; a GradScaler state dict has "
+            "at most one (the update lags by one iteration)"
+        )
+    for value in pending:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                "_pending_found_inf entries are found-inf counts (finite numbers >= 0), "
+                f"got {value!r}"
+            )
+    return [float(value) for value in pending]
 
 
 def _copied_new_scale(

@@ -20,6 +20,17 @@ Contracts:
 * **The waited watermark.** :func:`waited_seq` is the highest sequence number a waiter has
   waited for. It only moves when some thread waits, so it is deterministic for a given
   program, whatever the thread timing; the GradScaler's scale sequence is built on it.
+* **fork.** A child forked while the optimizer was idle starts with a fresh stream that
+  continues the parent's numbering and watermark (and keeps an error nobody had waited
+  for yet), so RoundPipe and the GradScaler go on in the child exactly as they would
+  have in the parent. A child forked while jobs were queued or running cannot have their
+  results: its first launch, or any wait that covers them, raises ``RuntimeError`` at
+  once, never hangs. A child that never touches the stream (a DataLoader worker) is
+  unaffected either way.
+* **Exit.** At interpreter exit the main thread waits for queued work. A job failure
+  nobody waited for is printed and the process exits with status 1; a wait at exit that
+  takes long, or follows a Ctrl-C, says which job it waits for, and a Ctrl-C during it
+  exits with status 130 after printing the optimizer thread's stack.
 * **CUDA.** When CUDA is initialised at launch, the job is ordered after the launching
   thread's current stream with an event and runs on a dedicated optimizer stream of that
   device; a waiter's current stream then waits for the job's completion event. No host-side
@@ -78,7 +89,13 @@ class Job:
         self.kwargs = kwargs
         self.result: Any = None
         self.cancelled = False
+        self.raised = False
         self.cuda: Optional[_CudaOrdering] = None
+
+    @property
+    def failed(self) -> bool:
+        """True once the job raised or was cancelled (read it after waiting for the job)."""
+        return self.raised or self.cancelled
 
     @property
     def name(self) -> str:
@@ -98,9 +115,14 @@ class Job:
 
 
 class _OptimizerStream:
-    """The singleton behind the module functions (one per process)."""
+    """The singleton behind the module functions (one per process).
 
-    def __init__(self) -> None:
+    ``parent`` is the stream of the process this one was forked from: its numbering,
+    watermark, fault record and undelivered error carry over; jobs it had not finished are
+    lost (see the module's fork contract). The worker thread starts at the first launch.
+    """
+
+    def __init__(self, parent: Optional["_OptimizerStream"] = None) -> None:
         self._cond = threading.Condition()
         self._queue: "queue.SimpleQueue[Job]" = queue.SimpleQueue()
         self._launched = 0
@@ -109,12 +131,35 @@ class _OptimizerStream:
         self._failure: Optional[Tuple[Job, BaseException]] = None
         self._cancel_through = 0
         self._faulted: List[int] = []
+        self._lost: Optional[str] = None
+        if parent is not None:
+            self._inherit(parent)
         self._pending_cuda: Dict[int, Job] = {}
         self._running: Optional[Job] = None
         self._local = threading.local()
         self._cuda_streams: Dict[int, "torch.cuda.Stream"] = {}
-        self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
-        self._thread.start()
+        self._thread: Optional[threading.Thread] = None
+
+    def _inherit(self, parent: "_OptimizerStream") -> None:
+        """Take over ``parent``'s bookkeeping in a forked child (no lock: the parent's
+        worker may have held it at the fork, and the child has one thread)."""
+        self._launched = parent._launched
+        self._completed = parent._completed
+        self._waited = parent._waited
+        self._failure = parent._failure
+        self._cancel_through = parent._cancel_through
+        self._faulted = list(parent._faulted)
+        if parent._completed < parent._launched:
+            running = parent._running
+            doing = f"running {running!r}" if running is not None else "about to run queued jobs"
+            self._lost = (
+                f"this process (pid {os.getpid()}) was forked while the parent's "
+                f"{THREAD_NAME} thread was {doing}: optimizer jobs "
+                f"{parent._completed + 1}..{parent._launched} never finish here, so the "
+                "model's and the scaler's optimizer state is incomplete. Fork only while "
+                "the optimizer is idle (call model.synchronize() first), or use the "
+                "'spawn' or 'forkserver' start method."
+            )
 
     # ---- worker side -------------------------------------------------------------------
     def _serve(self) -> None:
@@ -143,6 +188,7 @@ class _OptimizerStream:
                 job.result = self._run_on_cuda_stream(job, job.cuda)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach a waiter
             with self._cond:
+                job.raised = True
                 self._faulted.append(job.seq)
                 if self._failure is None:
                     self._failure = (job, exc)
@@ -178,6 +224,8 @@ class _OptimizerStream:
                 "cannot launch optimizer-stream work from the optimizer thread itself; "
                 "call the function directly instead"
             )
+        if self._lost is not None:
+            raise RuntimeError(f"cannot launch optimizer work: {self._lost}")
         _run_launch_hooks()
         cuda = _CudaOrdering() if _cuda_in_use() else None
         with self._cond:
@@ -186,6 +234,9 @@ class _OptimizerStream:
             job.cuda = cuda
             if cuda is not None:
                 self._pending_cuda[job.seq] = job
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
+                self._thread.start()
             self._queue.put(job)
         return job
 
@@ -195,11 +246,13 @@ class _OptimizerStream:
                 f"cannot wait for the optimizer stream ({reason}) from the optimizer "
                 "thread: it would wait for itself"
             )
+        if self._lost is not None and seq > self._completed:
+            raise RuntimeError(f"cannot wait for {reason}: {self._lost}")
         try:
             with self._cond:
                 while self._completed < seq:
                     self._cond.wait(_POLL_SECONDS)
-                    if self._completed < seq and not self._thread.is_alive():
+                    if self._completed < seq and not self._worker_alive():
                         raise RuntimeError(
                             f"the optimizer thread has died while waiting for {reason}"
                         )
@@ -225,6 +278,9 @@ class _OptimizerStream:
             )
             raise exc
 
+    def _worker_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _take_cuda_event(self, seq: int) -> Optional[Tuple[int, "torch.cuda.Event"]]:
         """Forget CUDA bookkeeping up to ``seq``; return the newest done event (lock held)."""
         newest = None
@@ -239,7 +295,8 @@ class _OptimizerStream:
 
     def _describe_worker(self, reason: str) -> str:
         running = self._running
-        frame = sys._current_frames().get(self._thread.ident or -1)
+        ident = self._thread.ident if self._thread is not None else None
+        frame = sys._current_frames().get(ident or -1)
         where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)\n"
         doing = f"running {running!r}" if running is not None else "idle"
         return (
@@ -249,6 +306,22 @@ class _OptimizerStream:
 
     def current_job(self) -> Optional[Job]:
         return self._running if self.is_worker() else None
+
+    def lost_in_fork(self) -> bool:
+        return self._lost is not None
+
+    def finished_within(self, seq: int, seconds: float) -> bool:
+        """Whether job ``seq`` finishes within ``seconds`` (does not deliver errors)."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._completed >= seq or not self._worker_alive(), seconds
+            ) and self._completed >= seq
+
+    def describe_unfinished(self) -> str:
+        with self._cond:
+            running, left = self._running, self._launched - self._completed
+        doing = f"{running!r}" if running is not None else "the optimizer thread"
+        return f"{doing} ({left} optimizer job(s) not finished)"
 
     def launched_seq(self) -> int:
         return self._launched
@@ -299,30 +372,66 @@ def _stream() -> _OptimizerStream:
     return stream
 
 
-def _forget_stream_in_child() -> None:
-    """A forked child has no worker thread: start a fresh stream on first use."""
-    global _STREAM
-    _STREAM = None
+def _renew_stream_in_child() -> None:
+    """A forked child has no worker thread: give it a stream that carries on the parent's
+    numbering (see the fork contract). Locks another thread may have held are replaced."""
+    global _STREAM, _STREAM_LOCK
+    _STREAM_LOCK = threading.Lock()
+    if _STREAM is not None:
+        _STREAM = _OptimizerStream(parent=_STREAM)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_stream_in_child)
+    os.register_at_fork(after_in_child=_renew_stream_in_child)
+
+_EXIT_PATIENCE_SECONDS = 2.0
+
+
+def _exiting_on_interrupt() -> bool:
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return isinstance(last, KeyboardInterrupt)
+
+
+def _leave(status: int) -> None:
+    """End the process with ``status`` from an exit handler (which cannot set it otherwise)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not hide the status
+            pass
+    os._exit(status)
 
 
 def _drain_at_exit() -> None:
     """Let queued optimizer work finish before the interpreter tears down.
 
-    A daemon thread killed inside a torch kernel at shutdown aborts the process; and an
-    error nobody waited for must not vanish, so it is printed.
+    A daemon thread killed inside a torch kernel at shutdown aborts the process, so the
+    queue is drained. An error nobody waited for is printed and the exit status becomes 1
+    (``os._exit``: exit handlers registered before roundpipe was imported do not run then).
+    A drain that outlasts a short patience, or follows a Ctrl-C, says which job it waits
+    for; a Ctrl-C during it prints the optimizer thread's stack and exits with 130.
     """
     stream = _STREAM
-    if stream is None or stream.is_worker():
+    if stream is None or stream.is_worker() or stream.lost_in_fork():
         return
+    seq = stream.launched_seq()
+    patience = 0.0 if _exiting_on_interrupt() else _EXIT_PATIENCE_SECONDS
+    reason = f"optimizer job {seq}, the last one queued, at interpreter exit"
     try:
-        stream.wait(stream.launched_seq(), "interpreter exit")
+        if not stream.finished_within(seq, patience):
+            print(f"roundpipe: waiting for {stream.describe_unfinished()} to finish before "
+                  "exiting; press Ctrl-C to stop waiting", file=sys.stderr)
+        stream.wait(seq, reason)
+    except KeyboardInterrupt as interrupt:
+        notes = getattr(interrupt, "__notes__", None) or [stream._describe_worker(reason)]
+        print("\n".join(notes), file=sys.stderr)
+        print("roundpipe: interrupted at exit; the unfinished optimizer work was abandoned",
+              file=sys.stderr)
+        _leave(130)
     except BaseException:  # noqa: BLE001 - report, never raise during shutdown
         print("roundpipe: optimizer work failed and nobody waited for it:", file=sys.stderr)
         traceback.print_exc()
+        _leave(1)
 
 
 atexit.register(_drain_at_exit)

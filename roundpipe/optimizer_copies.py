@@ -88,6 +88,11 @@ class OptimizerCopies:
                     copy.grad.add_(grad.to(copy.grad.dtype))
                 param.grad = None
 
+    def discard_grads(self) -> None:
+        """Drop the copies' gradients (those of a failed step: they must not join the next)."""
+        for _, copy in self._pairs:
+            copy.grad = None
+
     def copy_to_model(self) -> None:
         """Write the copies' values into the model's parameters (cast to the model dtype)."""
         if self._pairs:

@@ -121,6 +121,7 @@ class RoundPipe(nn.Module):
         self._original_model: Optional[nn.Module] = None
         self._copies = OptimizerCopies(model, optim_dtype)
         self._last_step: Optional[optim_stream.Job] = None
+        self._steps_queued = 0
         model.register_load_state_dict_post_hook(self._weights_loaded)
         self._roundpipe_ready = True
 
@@ -260,15 +261,37 @@ class RoundPipe(nn.Module):
 
     # ------------------------------------------------------------------- optimizer side
     def _wait_for_optimizer(self, reason: str) -> None:
+        """Wait for the newest step function. Once it is known to have failed (whoever got
+        its error), the gradients handed to it are dropped, so they never join a later step."""
         if optim_stream.on_optim_stream():
             raise RuntimeError(f"{reason} cannot run on the optimizer thread (inside a step function)")
-        if self._last_step is not None:
-            optim_stream.wait(self._last_step, reason)
+        step = self._last_step
+        if step is None:
+            return
+        try:
+            optim_stream.wait(step, reason)
+        finally:
+            if step.failed:
+                self._copies.discard_grads()
+                self._last_step = None
+
+    def _failure_of_previous_step(self) -> Optional[Exception]:
+        """Wait for the previous step; return its exception (to raise later) if it failed.
+        Other errors (an interrupt, a refused wait) propagate at once."""
+        step = self._last_step
+        try:
+            self._wait_for_optimizer("RoundPipe.step(): the previous step function")
+        except Exception as failure:
+            if step is None or not step.failed:
+                raise
+            _note_failed_step(failure, self._steps_queued, "this call queued its own step anyway")
+            return failure
+        return None
 
     def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
         """Hand the accumulated gradients to the optimizer copies and run ``step_fn``.
 
-        1. Wait for the previous step function (re-raising its error, if it failed).
+        1. Wait for the previous step function.
         2. ``is_async``: copy the optimizer's current values (the previous step's result)
            into the model, so the next forward uses weights one step old (staleness 1).
         3. Move the model's gradients onto the copies' ``.grad`` (cast to ``optim_dtype``).
@@ -276,9 +299,17 @@ class RoundPipe(nn.Module):
            :class:`OptimizerCtx` active there.
         5. Not ``is_async``: wait for it and copy the new weights into the model.
 
+        Failed steps (docs/runtime.md, "When a step function fails"): if the previous step
+        function raised, this call still does 2-5 and then raises that exception (a note
+        names the failed step), so ``try: model.step(fn) except ...: pass`` loses no
+        iteration. If this call's own synchronous step raises, the model still receives the
+        optimizer's current weights before the exception propagates. Either way the failed
+        step's gradients are dropped; what its step function did before raising stays.
+
         Raises ``TypeError`` for a non-callable ``step_fn`` or a non-bool ``is_async`` (the
         classic slip ``model.step(fn, optimizer)``: pass step arguments after ``is_async``
         or by keyword), ``RuntimeError`` when the optimizer copies were never created.
+        Main thread.
         """
         if not callable(step_fn):
             raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
@@ -287,7 +318,7 @@ class RoundPipe(nn.Module):
                 f"is_async must be a bool, got {type(is_async).__name__}: step function "
                 "arguments go after it (model.step(fn, True, a, b)) or by keyword"
             )
-        self._wait_for_optimizer("RoundPipe.step(): the previous step function")
+        previous_failure = self._failure_of_previous_step()
         if not self._copies.created:
             raise RuntimeError(
                 "RoundPipe.step(): the optimizer copies were never created. Build the "
@@ -297,20 +328,39 @@ class RoundPipe(nn.Module):
         if is_async:
             self._copies.copy_to_model()
         self._copies.hand_over_grads()
-        self._last_step = optim_stream.launch(_run_step_fn, step_fn, args, kwargs)
+        self._steps_queued += 1
+        self._last_step = optim_stream.launch(_StepCall(step_fn, args, kwargs, self._steps_queued))
         if not is_async:
-            self._wait_for_optimizer("RoundPipe.step(is_async=False)")
+            self._wait_and_take_weights("RoundPipe.step(is_async=False)", previous_failure)
+        if previous_failure is not None:
+            raise previous_failure
+
+    def _wait_and_take_weights(self, reason: str, earlier: Optional[Exception] = None) -> None:
+        """Wait for the optimizer, then copy its current weights into the model, also when
+        the wait raises a step function's error (not after an interrupt: the optimizer may
+        still be writing them)."""
+        step = self._last_step
+        try:
+            self._wait_for_optimizer(reason)
+        except Exception as failure:
+            if step is None or not step.failed:
+                raise
+            self._copies.copy_to_model()
+            _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
+            if earlier is not None and failure.__context__ is None:
+                failure.__context__ = earlier  # the previous step's failure, raised first
+            raise
+        if self._copies.created:
             self._copies.copy_to_model()
 
     def synchronize(self) -> None:
         """Wait for the optimizer and copy its newest weights into the model.
 
         Gradients accumulated since the last :meth:`step` stay in ``param.grad`` and are
-        still applied by the next step (upstream RoundPipe 0.1.1 loses them).
+        still applied by the next step (upstream RoundPipe 0.1.1 loses them). If the step
+        function failed, its error is raised after the weights were copied. Main thread.
         """
-        self._wait_for_optimizer("RoundPipe.synchronize()")
-        if self._copies.created:
-            self._copies.copy_to_model()
+        self._wait_and_take_weights("RoundPipe.synchronize()")
 
     def sync_optim_param(self) -> None:
         """Upstream's name for copying the optimizer's weights into the model; waits for
@@ -374,10 +424,30 @@ def _detach(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def _run_step_fn(step_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """The optimizer-thread side of ``RoundPipe.step``."""
-    with OptimizerCtx():
-        return step_fn(*args, **kwargs)
+def _note_failed_step(failure: BaseException, number: int, then: str) -> None:
+    """Say on ``failure`` which step failed and what the runtime did about it."""
+    optim_stream._add_note(
+        failure,
+        f"(RoundPipe: step function {number} of this model failed; the gradients handed to "
+        "it were dropped, and the GradScaler counts that iteration only if scaler.step() or "
+        f"unscale_() recorded its inf/NaN result before the error; {then}.)",
+    )
+
+
+class _StepCall:
+    """The optimizer-thread side of ``RoundPipe.step``: ``step_fn`` with OptimizerCtx on.
+
+    Its ``__qualname__`` names the step and the step function, so waits, notes and the
+    exit message say which step they are about.
+    """
+
+    def __init__(self, step_fn: Callable[..., Any], args: tuple, kwargs: dict, number: int) -> None:
+        self.step_fn, self.args, self.kwargs = step_fn, args, kwargs
+        self.__qualname__ = f"RoundPipe step {number}: {getattr(step_fn, '__qualname__', repr(step_fn))}"
+
+    def __call__(self) -> Any:
+        with OptimizerCtx():
+            return self.step_fn(*self.args, **self.kwargs)
 
 
 def wrap_model_to_roundpipe(

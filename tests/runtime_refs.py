@@ -22,6 +22,19 @@ def make_data(steps: int, batch: int = 10, seed: int = 1, device="cpu"):
     ]
 
 
+class BatchList(torch.utils.data.Dataset):
+    """Ready-made batches as a map-style dataset (use with ``batch_size=None``)."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int):
+        return self.batches[index]
+
+
 def loss_of(out: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(out.float(), label.float())
 

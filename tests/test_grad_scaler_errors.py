@@ -168,3 +168,37 @@ def test_pickling_mid_iteration_is_refused_like_torch():
     with pytest.raises(AssertionError) as theirs:
         pickle.dumps(theirs_scaler)
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize(
+    "pending",
+    [5.0, "1", ["x"], [float("nan")], [float("inf")], [-1.0], [True], [1.0] * 200, [0.0, 1.0]],
+    ids=["scalar", "string", "non-number", "nan", "inf", "negative", "bool", "long-list", "two"],
+)
+def test_a_bad_pending_result_is_refused_before_anything_is_loaded(pending):
+    scaler, (model, opt) = GradScaler(8.0, growth_interval=1), _setup()
+    _backward(scaler, model)
+    scaler.step(opt)
+    scaler.update()
+    before = scaler.state_dict()
+    bad = dict(before, scale=1024.0, growth_factor=3.0, _growth_tracker=7, _pending_found_inf=pending)
+    with pytest.raises(ValueError, match="_pending_found_inf"):
+        scaler.load_state_dict(bad)
+    assert scaler.state_dict() == before
+    opt.zero_grad()
+    _backward(scaler, model)  # training goes on with the scale it had
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 32.0
+
+
+@pytest.mark.parametrize("pending", [[], [0.0], [1], (2.0,)])
+def test_a_valid_pending_result_is_applied_by_the_next_update(pending):
+    scaler, (model, opt) = GradScaler(8.0, growth_interval=1), _setup()
+    _backward(scaler, model)
+    scaler.load_state_dict({"scale": 64.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                            "growth_interval": 1, "_growth_tracker": 0, "_pending_found_inf": pending})
+    scaler.step(opt)
+    scaler.update()  # applies the loaded result (if any), then this plain iteration's clean one
+    expected = 64.0 * (0.5 if pending and pending[0] else (2.0 if pending else 1.0)) * 2.0
+    assert scaler.get_scale() == expected

@@ -2,6 +2,7 @@
 report files agree with each other and with the JSON schema."""
 
 import json
+import math
 import re
 
 import pytest
@@ -103,3 +104,62 @@ def test_apex_column_plumbing_with_a_stand_in_for_apex(name, monkeypatch):
     assert reference.scales == ours.scales
     assert reference.skipped == ours.skipped
     assert compare_traces(reference, ours, APEX_BOUND).verdict in ("bitwise", "close")
+
+
+@pytest.mark.parametrize("name", ["clean", "bf16_autocast", "microbatches"])
+def test_logged_loss_is_the_original_loss_at_the_largest_scale(name):
+    """At scale 2**127 (where a clean or bf16 run ends up after enough growth) loss x scale
+    overflows float32; the RoundPipe columns must still log the true loss, so the matrix
+    does not report a false divergence."""
+    import dataclasses
+
+    from compat_matrix.compare import compare_traces
+    from compat_matrix.runners import RUNNERS
+    from compat_matrix.scenarios import SCENARIOS
+
+    scenario = dataclasses.replace(next(s for s in SCENARIOS if s.name == name), init_scale=2.0**127)
+    torch_trace, exact = RUNNERS["torch"](scenario, "cpu"), RUNNERS["exact"](scenario, "cpu")
+    reference, lagged = RUNNERS["async_reference"](scenario, "cpu"), RUNNERS["async"](scenario, "cpu")
+    expected = "close" if scenario.microbatches > 1 else "bitwise"
+    assert compare_traces(torch_trace, exact, 1e-5).verdict == expected
+    assert compare_traces(reference, lagged, 1e-5).verdict == expected
+    assert max(torch_trace.losses) * 2.0**127 > torch.finfo(torch.float32).max  # it overflows
+    assert all(math.isfinite(v) for v in exact.losses + lagged.losses)
+    assert lagged.losses[0] == pytest.approx(torch_trace.losses[0], rel=1e-6)
+
+
+def _matrix_must_not_run(*args, **kwargs):
+    raise AssertionError("the matrix ran before the arguments were checked")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--out", ""], "must not be empty"),
+    (["--out", "   "], "must not be empty"),
+    (["--steps", "1"], "between 2 and"),
+    (["--steps", "10001"], "between 2 and 10000"),
+])
+def test_bad_arguments_are_usage_errors_before_the_matrix_runs(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr("compat_matrix.cli.run_matrix", _matrix_must_not_run)
+    with pytest.raises(SystemExit) as exited:
+        main(["--scenario", "clean"] + argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file", "read_only"])
+def test_an_unwritable_out_folder_is_a_usage_error_before_the_matrix_runs(where, tmp_path, monkeypatch, capsys):
+    import os
+
+    blocker = tmp_path / "report.md"
+    blocker.write_text("not a folder")
+    out = {"a_file": blocker, "under_a_file": blocker / "parity", "read_only": tmp_path / "locked"}[where]
+    if where == "read_only":
+        if os.geteuid() == 0:
+            pytest.skip("root can write into a read-only folder")
+        out.mkdir()
+        out.chmod(0o500)
+    monkeypatch.setattr("compat_matrix.cli.run_matrix", _matrix_must_not_run)
+    with pytest.raises(SystemExit) as exited:
+        main(["--scenario", "clean", "--out", str(out)])
+    assert exited.value.code == 2
+    assert "cannot write the reports to" in capsys.readouterr().err

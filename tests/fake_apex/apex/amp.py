@@ -1,7 +1,9 @@
 """``apex.amp`` as documented (shared/reference/apex_amp_behaviour.md §1-§4), reduced to
-what the parity matrix uses: initialize, scale_loss, master_params, state dicts."""
+what the parity matrix uses: initialize, scale_loss, master_params, state dicts; and for the
+projects in tests/migrate_projects the function-casting decorators and registrations."""
 
 import contextlib
+import functools
 import types
 
 import torch
@@ -70,3 +72,40 @@ def load_state_dict(state):
     for scaler, entry in zip(_amp_state.loss_scalers, state.values()):
         scaler._loss_scale = entry["loss_scale"]
         scaler._unskipped = entry["unskipped"]
+
+
+# ----------------------------------------------------------- function casting (apex §6)
+_registered = []  # (module, name, cast): recorded only; the stand-in patches nothing
+
+
+def _cast_args(fn, dtype):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        def cast(value):
+            return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+        return fn(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
+
+    return wrapper
+
+
+def float_function(fn):
+    """Decorator: run ``fn`` with its floating tensor arguments cast to fp32."""
+    return _cast_args(fn, torch.float32)
+
+
+def half_function(fn):
+    """Decorator: run ``fn`` with its floating tensor arguments cast to fp16."""
+    return _cast_args(fn, torch.float16)
+
+
+def register_float_function(module, name):
+    _registered.append((module, name, "float"))
+
+
+def register_half_function(module, name):
+    _registered.append((module, name, "half"))
+
+
+def register_promote_function(module, name):
+    _registered.append((module, name, "promote"))
