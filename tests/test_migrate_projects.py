@@ -52,11 +52,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
 # Projects the tool gets wrong today: expected failures, strict, so that a fix is noticed
 # (and the entry removed) the day the tool stops getting them wrong.
-KNOWN_WRONG: Dict[str, str] = {
-    "two_path_amp": "issue 9: the tool wraps the model and migrates the AMP branch, but the "
-    "plain branch keeps loss.backward(); optimizer.step() on the wrapped model, whose grads "
-    "never reach the optimizer copies: with --precision fp32 the optimizer never sees a gradient",
-}
+KNOWN_WRONG: Dict[str, str] = {}
 
 FINAL_SCALE = re.compile(r"^final scale ", re.M)
 STEP_LINE = re.compile(r"^step \d+ ", re.M)
