@@ -9,7 +9,7 @@ saying why. It never imports torch.
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import List, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -56,21 +56,23 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
         )
         return result
     facts = ModuleFacts(wrapper)
+    notes: List[Tuple[cst.CSTNode, str]] = []
     try:
         plan, rules = plan_torch_amp(facts, exact)
-        notes = plan_apex(facts, exact, plan) if "apex" in source else []
-        ModelUses(rules).plan()
-    except Blocked as blocked:
-        position = facts.position(blocked.node)
-        result.diagnostics.append(
-            Diagnostic(path, position.line, position.column + 1, blocked.code, blocked.message)
-        )
-        return result
+        try:
+            notes = plan_apex(facts, exact, plan) if "apex" in source else []
+            if not plan.blocked:
+                ModelUses(rules).plan()
+        except Blocked as blocked:
+            plan.blocked.append(blocked)
     except EditConflict:
         result.diagnostics.append(
             Diagnostic(path, 1, 1, "RPM116", "the rewrite would change the same statements twice "
                        "(duplicated training code?); file left unchanged")
         )
+        return result
+    if plan.blocked:
+        result.diagnostics.extend(_blocker_diagnostics(path, facts, plan.blocked))
         return result
     if not plan.edits:
         return result
@@ -93,6 +95,16 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
     result.rewrites.sort(key=lambda r: r.line)
     result.wrapped_models = sorted({name for _, name, _ in plan.wrapped_models})
     return result
+
+
+def _blocker_diagnostics(path: str, facts: ModuleFacts, blockers: List[Blocked]) -> List[Diagnostic]:
+    """One diagnostic per blocker, at the node that blocks, in line order, duplicates dropped."""
+    found = {}
+    for blocked in blockers:
+        position = facts.position(blocked.node)
+        key = (position.line, position.column + 1, blocked.code)
+        found.setdefault(key, Diagnostic(path, *key, blocked.message))
+    return [found[key] for key in sorted(found)]
 
 
 def _add_header(module: cst.Module, plan: Plan) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import Scope
+from libcst.metadata import BuiltinAssignment, Scope
 
 from .edits import carry_comments, drop_keeping_comments
 from .optimizer_writes import optimizer_writes
@@ -596,6 +596,12 @@ class StepBuilder:
         call_text += ", return_outputs=True)[1]" if forward.return_outputs else ")"
         # The loss is logged as the loss function saw it, unscaled: dividing the returned
         # (scaled) sum by the scale would give inf once loss * scale overflows.
+        scope = self.facts.scope(forward.model_call)
+        if forward.loss_name and scope is not None and any(
+                not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
+            raise Blocked(forward.model_call, "RPM106", "the file binds its own `sum`, which the "
+                          "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
+                          "not migrated")
         losses = self._fresh("_losses") if forward.loss_name else None
         capture = [f"{losses}.append({forward.loss_name}.detach().cpu(){divisor})\n"] if losses else []
         call_line = f"{forward.output_name} = {call_text}\n" if forward.return_outputs else f"{call_text}\n"

@@ -23,7 +23,7 @@ caller leaves the whole file untouched with that diagnostic.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Callable, List, Optional, Set, Tuple, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -35,6 +35,8 @@ from .steps import StepBuilder
 from .syntax import code, only_expression
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
+
+T = TypeVar("T")
 
 
 class TorchAmpRules:
@@ -50,33 +52,49 @@ class TorchAmpRules:
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> Plan:
-        scalers = self._find_scalers()
-        for call, statement in scalers:
-            self._plan_scaler(call, statement)
-        self._reject_untracked_backwards()
-        self._reject_unscale_elsewhere()
+        """Plan every scaler's steps; every independent blocker is kept in ``plan.blocked``
+        (checks that would only repeat an earlier blocker's consequences are skipped)."""
+        for call, statement in self._collect(self._find_scalers) or []:
+            self._collect(self._plan_scaler, call, statement)
+        self._collect(self._reject_untracked_backwards)
+        if self.plan.blocked:
+            return self.plan
+        self._collect(self._reject_unscale_elsewhere)
         self._drop_unused_scaler_imports()
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.plan.step_statements:
-                raise Blocked(access, "RPM104", "scaler.unscale_/step/update outside a training "
-                              "step the migration recognised; migrate this loop by hand")
+                self.plan.blocked.append(Blocked(access, "RPM104", "scaler.unscale_/step/update "
+                                         "outside a training step the migration recognised; "
+                                         "migrate this loop by hand"))
         return self.plan
+
+    def _collect(self, check: Callable[..., T], *args: object) -> Optional[T]:
+        """Run ``check``; a :class:`Blocked` it raises is recorded, not propagated."""
+        try:
+            return check(*args)
+        except Blocked as blocked:
+            self.plan.blocked.append(blocked)
+            return None
 
     def _reject_untracked_backwards(self) -> None:
         """``x.scale(loss).backward()`` whose ``x`` was not followed from a torch GradScaler
-        (e.g. a function nobody in this file calls): not certain, so the file is left alone.
+        (e.g. a function nobody in this file calls): not certain, so the file is left alone;
+        each one is recorded.
         Objects built by a known non-torch call are someone else's and are ignored."""
         pattern = m.Call(func=m.Attribute(
             value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")))
+        already = {self.facts.statement_of(b.node) for b in self.plan.blocked}  # reported there
         for call in self.facts.backward_calls:
             if self._scaled_on_an_object(call):
-                raise Blocked(call, "RPM104", f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
-                              "the loss with a scaler held in an attribute or container, which the "
-                              "migration does not follow; migrate it by hand")
+                self.plan.blocked.append(Blocked(
+                    call, "RPM104", f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
+                    "the loss with a scaler held in an attribute or container, which the "
+                    "migration does not follow; migrate it by hand"))
+                continue
             if not m.matches(call, pattern):
                 continue
             statement = self.facts.statement_of(call)
-            if statement in self.plan.backward_statements:
+            if statement in self.plan.backward_statements or statement in already:
                 continue
             owner = call.func.value.func.value
             scope = self.facts.scope(owner)
@@ -87,9 +105,10 @@ class TorchAmpRules:
             )
             if assignments and built_elsewhere:
                 continue
-            raise Blocked(call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
-                          "migration cannot follow back to a torch GradScaler in this file "
-                          "(e.g. a function nobody here calls); migrate it by hand")
+            self.plan.blocked.append(Blocked(
+                call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
+                "migration cannot follow back to a torch GradScaler in this file "
+                "(e.g. a function nobody here calls); migrate it by hand"))
 
     @staticmethod
     def _scaled_on_an_object(call: cst.Call) -> bool:

@@ -129,3 +129,30 @@ def test_result_records_every_change_with_original_and_new_lines():
     assert "scaler.scale(loss).backward()" in removed
     assert result.changes[0].to_json() == {"kind": "inserted", "original_lines": None, "new_lines": [9, 10]}
     assert migrate_source("x = 1\n").changes == []
+
+
+TWO_BLOCKERS = '''import torch
+
+
+def train(model, batches):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in batches:
+        loss = model(x).sum()
+        scaler.scale(loss).backward(create_graph=True)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+class Trainer:
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+'''
+
+
+def test_every_blocker_in_a_file_is_reported_at_its_line():
+    """Independent blockers are all reported, each where it blocks, without follow-on noise
+    (the create_graph backward is not also called an unfollowed scaler)."""
+    result = migrate_source(TWO_BLOCKERS, "two.py")
+    assert [(d.line, d.code) for d in result.diagnostics] == [(9, "RPM103"), (16, "RPM104")]
+    assert result.migrated == TWO_BLOCKERS

@@ -60,6 +60,10 @@ RULE = Rule(
             expect=('return_outputs=True)[1]',),
         ),
         Example(
+            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    sum = 0  # a user\'s own `sum`\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
+            codes=('RPM106',),
+        ),
+        Example(
             'import torch\n\n# GradScaler mentioned in a comment only; the loss is computed without one\nloss = torch.ones(1).sum()\n',
         ),
     ),
