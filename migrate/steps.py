@@ -33,6 +33,7 @@ __all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABL
 #: RPM113 (work between the forward and the backward that shares their values). A step
 #: refused for one of these takes the autograd form instead, which keeps them as written.
 UNFUSABLE = frozenset({"RPM106", "RPM107", "RPM113"})
+_GUARDABLE: Set[Optional[str]] = {"unscale", "clip"}  # step statements an `if` may hold alone
 
 
 class StepBuilder:
@@ -60,6 +61,7 @@ class StepBuilder:
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
+        self.trained = (optimizer, model)
         try:
             region = self._forward_region(model, optimizer)
             forward = self._plan_forward(region, model)
@@ -79,6 +81,7 @@ class StepBuilder:
             self._order_optimizer_writes(skipped, optimizer, model)
 
     autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
+    step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
 
     def _plan_autograd_form(self, found: "StepGroup", optimizer: str, model: str, unfused: Blocked) -> None:
         """RoundPipe's autograd form (design/MIGRATE.md, "Two target forms"): the forward,
@@ -126,8 +129,8 @@ class StepBuilder:
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
-        if isinstance(statement, cst.If) and statement.orelse is None and all(
-                self._classify(inner) in ("unscale", "clip") for inner in statement.body.body):
+        if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.body, cst.IndentedBlock) \
+                and all(self._classify(inner) in _GUARDABLE for inner in statement.body.body):
             return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
         value = only_expression(statement)
         if not isinstance(value, cst.Call):
@@ -156,7 +159,7 @@ class StepBuilder:
         for statement in group:
             kind = self._classify(statement)
             found.append((statement, kind))
-            if kind == "guarded" and isinstance(statement, cst.If):
+            if kind == "guarded" and isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
                 found += [(inner, self._classify(inner)) for inner in statement.body.body]
         return found
 
@@ -688,13 +691,13 @@ class StepBuilder:
                 body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
             )
             step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
-            return [definition, step, update]
+            return [definition, step] + ([update] if update is not None else [])
 
         plan.edits.replace_range(found.block, found.start, found.end, build)
         for index in zero_grads:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))
-        plan.rewrites.append((group[0], "optimizer step -> model.step(step_fn); scaler.update() kept"))
+        plan.rewrites.append((group[0], self.step_rewrite))
 
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
         """Expression edits inside the step statements: clipping on the optimizer copies,

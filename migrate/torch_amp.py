@@ -31,6 +31,7 @@ import libcst.matchers as m
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, Plan
+from .plain_path import plan_plain_path
 from .steps import StepBuilder
 from .syntax import code, only_expression
 
@@ -161,7 +162,7 @@ class TorchAmpRules:
         if not (
             len(getattr(statement, "body", ())) == 1
             and isinstance(small, cst.Assign)
-            and small.value is call
+            and (small.value is call or _optional(small.value, call))
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
         ):
@@ -207,6 +208,8 @@ class TorchAmpRules:
                     raise Blocked(access, "RPM104", f"GradScaler method {method!r} is not migrated")
             elif isinstance(parent, cst.Arg):
                 self._follow_into_function(parent, name, depth)
+            elif _tests_presence(parent, access):
+                continue  # `if scaler is not None:`, `if scaler:`: optional AMP
             else:
                 raise Blocked(access, "RPM105", "GradScaler is stored or passed in a way the "
                               "migration cannot follow; migrate this one by hand")
@@ -372,7 +375,27 @@ class TorchAmpRules:
             raise Blocked(scale_call, "RPM106", "scaler.scale() of several outputs is not migrated")
         step = StepBuilder(self, scaler, statement, scale_call.args[0].value)
         step.plan()
+        plan_plain_path(step)
 
+
+
+def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
+    """``GradScaler(...) if flag else None`` (either way round): optional AMP."""
+    if not isinstance(value, cst.IfExp):
+        return False
+    other = value.orelse if value.body is call else value.body if value.orelse is call else None
+    return other is not None and m.matches(other, m.Name("None"))
+
+
+def _tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
+    """``access`` is only tested for being there: ``x is None``, ``x is not None`` or the
+    test of an ``if``/``while``/conditional expression (``if x:``), possibly under ``not``."""
+    if isinstance(parent, cst.Comparison):
+        return parent.left is access and len(parent.comparisons) == 1 and m.matches(
+            parent.comparisons[0], m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None")))
+    if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        return True
+    return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access
 
 
 def plan_torch_amp(facts: ModuleFacts, exact: bool) -> Tuple[Plan, TorchAmpRules]:
