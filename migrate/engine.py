@@ -1,15 +1,17 @@
 """Migrate one file's source text: parse, apply the torch.amp and apex rules, check.
 
-Entry point for the command line and the tests: :func:`migrate_source`. It never raises
-for bad input: a file that cannot be parsed comes back unchanged with an RPM9xx diagnostic,
-and a file whose AMP use is not fully understood comes back unchanged with the diagnostic
+Entry point per file: :func:`migrate_source` (the command line and the tests); a set of
+files that form one program goes through :func:`migrate.project.migrate_project`, which
+calls it for each file and keeps the outcome consistent. It never raises for bad input: a
+file that cannot be parsed comes back unchanged with an RPM9xx diagnostic, and a file
+whose AMP use is not fully understood comes back unchanged with a diagnostic per blocker
 saying why. It never imports torch.
 """
 
 from __future__ import annotations
 
 import re
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -99,7 +101,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
 
 def _blocker_diagnostics(path: str, facts: ModuleFacts, blockers: List[Blocked]) -> List[Diagnostic]:
     """One diagnostic per blocker, at the node that blocks, in line order, duplicates dropped."""
-    found = {}
+    found: Dict[Tuple[int, int, str], Diagnostic] = {}
     for blocked in blockers:
         position = facts.position(blocked.node)
         key = (position.line, position.column + 1, blocked.code)

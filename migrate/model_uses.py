@@ -140,7 +140,8 @@ class ModelUses:
             param = self.rules._parameter_for(call, function, arg)
         except Blocked:
             return None
-        return self.facts.scope(function.body.body[0]), param, 0
+        scope = self.facts.scope(function.body.body[0])
+        return (scope, param, 0) if scope is not None else None
 
     def _synchronize_before(self, node: cst.CSTNode, name: str, why: str = "before evaluation/saving") -> None:
         statement = self.facts.statement_of(node)

@@ -346,7 +346,7 @@ class StepBuilder:
         """Forward inside ``with autocast(...)``, loss computed after the block (outside
         autocast): the outside statements run in the loss function with autocast disabled."""
         position = end - 1
-        while position >= 0 and is_assignment_line(self.body[position]) \
+        while position >= 0 and is_plain_line(self.body[position]) \
                 and not self._model_calls(self.body[position], model):
             position -= 1
         if position < 0 or position == end - 1 or not isinstance(self.body[position], cst.With):
