@@ -27,6 +27,7 @@ from typing import Callable, List, Optional, Set, Tuple, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import BaseAssignment
 
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
@@ -100,10 +101,7 @@ class TorchAmpRules:
             owner = call.func.value.func.value
             scope = self.facts.scope(owner)
             assignments = list(scope[owner.value]) if scope is not None else []
-            built_elsewhere = all(
-                not isinstance(a.node, cst.Param) and self._built_by_other_call(a.node)
-                for a in assignments
-            )
+            built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
             if assignments and built_elsewhere:
                 continue
             self.plan.blocked.append(Blocked(
@@ -131,13 +129,29 @@ class TorchAmpRules:
                 raise Blocked(call, "RPM104", f"`{code(call)}` unscales with a scaler the migration "
                               "did not follow to a recognised training step; migrate it by hand")
 
-    def _built_by_other_call(self, node: cst.CSTNode) -> bool:
+    def _origin(self, assignment: BaseAssignment, at: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The node binding a name; for a parameter, the binding every same-file caller
+        passes (None when that cannot be followed)."""
+        if not isinstance(assignment.node, cst.Param):
+            return assignment.node
+        try:
+            outer = self._caller_binding(Binding(assignment.scope, assignment.name, None, None), at)
+        except Blocked:
+            return None
+        return outer.statement
+
+    def _built_by_other_call(self, node: Optional[cst.CSTNode]) -> bool:
+        """``node`` binds the result of a known call that is not a torch GradScaler (e.g.
+        RoundPipe's own, possibly ``... if amp else None``)."""
         statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return False
         small = statement.body[0]
-        return isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and \
-            self.facts.scaler_kind(small.value) is None and bool(self.facts.qualified(small.value.func))
+        value = small.value if isinstance(small, cst.Assign) else None
+        if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Call) and _optional(value, value.body):
+            value = value.body
+        return isinstance(value, cst.Call) and \
+            self.facts.scaler_kind(value) is None and bool(self.facts.qualified(value.func))
 
     def _find_scalers(self) -> List[Tuple[cst.Call, cst.SimpleStatementLine]]:
         found = []

@@ -71,6 +71,29 @@ def train(model, batches):
         scaler.update()
 '''
 
+_MIGRATED_HELPER = '''import roundpipe
+import torch
+
+
+def run_step(model, optimizer, scaler, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()  # the scaler is a parameter: followed to its caller
+
+    def step_fn():
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+
+    model.step(step_fn)
+    scaler.update()
+
+
+def main(model, batches):
+    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    scaler = roundpipe.GradScaler("cuda") if torch.cuda.is_available() else None
+    for x, y in batches:
+        run_step(model, optimizer, scaler, x, y)
+'''
+
 RULE = Rule(
     name='autograd_form',
     order=45,
@@ -120,5 +143,6 @@ RULE = Rule(
         ),
         Example(_ZEROED_EACH_MICRO_STEP, codes=('RPM106',)),
         Example(_ALREADY_MIGRATED),
+        Example(_MIGRATED_HELPER),
     ),
 )
