@@ -3,7 +3,8 @@
 In the asynchronous RoundPipe form the step function runs on the optimizer thread while the
 main thread goes on; a learning-rate loop over ``optimizer.param_groups``, a scheduler step
 outside the step function, ``add_param_group`` or a helper handed the optimizer
-(``adjust_learning_rate(optimizer, epoch)``) would race with it. The rules order each of
+(``adjust_learning_rate(optimizer, epoch)``) and a ``zero_grad()`` left beside the step
+(it clears the optimizer copies' gradients) would race with it. The rules order each of
 them after the running step (``model.synchronize()`` before it); this module only finds them.
 """
 
@@ -33,7 +34,8 @@ def optimizer_writes(root: cst.CSTNode, optimizer: str, is_scheduler: Callable[[
         for call in m.findall(line, m.Call()):
             assert isinstance(call, cst.Call)
             if m.matches(call.func, m.Attribute(value=m.Name(optimizer),
-                                                attr=m.Name("add_param_group") | m.Name("load_state_dict"))):
+                                                attr=m.Name("add_param_group") | m.Name("load_state_dict")
+                                                | m.Name("zero_grad"))):
                 return True
             if m.matches(call.func, m.Attribute(value=m.Name(), attr=m.Name("step"))) and \
                     is_scheduler(call.func.value.value, line):  # type: ignore[attr-defined]

@@ -15,13 +15,14 @@ RoundPipe too (its ``optimizer.step()`` would otherwise step copies that never r
 gradient). It takes the autograd form: the backward stays as written, and the optimizer
 statements after it (clipping, ``optimizer.step()``, ``zero_grad``, scheduler steps) move
 into a step function for ``model.step``. Both branches must step unconditionally, so a
-``zero_grad()`` before or after the ``if`` still sees each iteration's gradients consumed;
-in the asynchronous form it waits for the running step first.
+``zero_grad()`` before or after the ``if`` still sees each iteration's gradients consumed
+(in the asynchronous form it waits for the running step first, as every main-thread write
+of optimizer state does).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional
 
 import libcst as cst
 import libcst.matchers as m
@@ -78,12 +79,8 @@ class PlainStepBuilder(StepBuilder):
 
 def plan_plain_path(amp_step: StepBuilder) -> None:
     """If ``amp_step`` is one branch of an ``if``/``else`` whose other branch trains with a
-    plain ``loss.backward()``, migrate that branch's step as well, and order a
-    ``zero_grad()`` left beside the ``if`` after the running step."""
-    branches = _branches(amp_step)
-    if branches is None:
-        return
-    statement, others = branches
+    plain ``loss.backward()``, migrate that branch's step as well."""
+    others = _other_branch(amp_step)
     backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
     if not backwards:
         return
@@ -93,27 +90,14 @@ def plan_plain_path(amp_step: StepBuilder) -> None:
     call = only_expression(backwards[0])
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
     PlainStepBuilder(amp_step.rules, backwards[0], call.func.value, amp_step).plan()  # type: ignore[arg-type]
-    if not amp_step.rules.exact:
-        _order_zero_grads(amp_step, statement)
 
 
-def _branches(step: StepBuilder) -> Optional[Tuple[cst.If, List[cst.BaseStatement]]]:
-    """The ``if`` whose body or ``else`` holds the step's backward, with the other branch."""
+def _other_branch(step: StepBuilder) -> List[cst.BaseStatement]:
+    """The statements of the other branch of the ``if``/``else`` whose body or ``else``
+    holds the step's backward (none when there is no such ``if``)."""
     owner = step.facts.parent(step.block)
     statement = step.facts.parent(owner) if isinstance(owner, cst.Else) else owner
     if not isinstance(statement, cst.If) or not isinstance(statement.orelse, cst.Else):
-        return None
+        return []
     other = statement.orelse.body if statement.body is step.block else statement.body
-    return (statement, list(other.body)) if isinstance(other, cst.IndentedBlock) else None
-
-
-def _order_zero_grads(step: StepBuilder, statement: cst.If) -> None:
-    """``optimizer.zero_grad()`` before or after the two-path ``if`` zeroes the optimizer
-    copies on the main thread: it waits for the running step (``model.synchronize()``)."""
-    optimizer, model = step.trained
-    block = step.facts.parent(statement)
-    body = list(getattr(block, "body", ()))
-    for other in body:
-        call = only_expression(other)
-        if call is not None and (method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad")):
-            step.rules.plan.synchronize_before.append((other, model))
+    return list(other.body) if isinstance(other, cst.IndentedBlock) else []

@@ -694,6 +694,7 @@ class StepBuilder:
             return [definition, step] + ([update] if update is not None else [])
 
         plan.edits.replace_range(found.block, found.start, found.end, build)
+        self.rules.plan.step_statements.update(self.body[index] for index in zero_grads)
         for index in zero_grads:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))

@@ -141,6 +141,11 @@ RULE = Rule(
             expect=('            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n'
                     '        scaler.scale(loss).backward()\n        def _step_fn():\n',),
         ),
+        Example(
+            _MICRO_STEPS.replace("    for it in range(steps):\n", "    for it in range(steps):\n        optimizer.zero_grad()\n")
+            .replace("        optimizer.zero_grad(set_to_none=True)\n", ""),
+            expect=('        model.synchronize()\n        optimizer.zero_grad()\n        for micro_step',),
+        ),
         Example(_ZEROED_EACH_MICRO_STEP, codes=('RPM106',)),
         Example(_ALREADY_MIGRATED),
         Example(_MIGRATED_HELPER),
