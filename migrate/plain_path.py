@@ -1,14 +1,8 @@
 """The plain (non-AMP) path of a two-path training step.
 
-Real scripts often train with or without AMP behind one flag::
-
-    if scaler is not None:                   # or `if args.amp:`
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        loss.backward()
-        optimizer.step()
+Real scripts often train with or without AMP behind one flag: ``if scaler is not None:``
+(or ``if args.amp:``) around the AMP step, ``else: loss.backward(); optimizer.step()``
+(examples in :mod:`migrate.rules.two_path_amp`).
 
 Once the AMP path is migrated the model is wrapped, so the plain path must train through
 RoundPipe too (its ``optimizer.step()`` would otherwise step copies that never receive a
