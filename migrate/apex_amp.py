@@ -48,6 +48,8 @@ _FP16_OPTIMIZER = ("apex.fp16_utils.FP16_Optimizer", "apex.fp16_utils.fp16_optim
 class ApexStepBuilder(StepBuilder):
     """A training step around ``with amp.scale_loss(loss, optimizer) as s: s.backward()``."""
 
+    autograd_form = False  # the apex backward itself is rewritten only in the fused form
+
     def __init__(self, rules: "ApexRules", statement: cst.With, loss: cst.BaseExpression,
                  optimizer: str, scaler: str = _SCALER) -> None:
         super().__init__(rules, scaler, statement, loss)  # type: ignore[arg-type]

@@ -75,9 +75,9 @@ _CODES: Tuple[Code, ...] = (
          "`loss_scaler(loss, optimizer, parameters=model.parameters())`",
          "inline the wrapper's scale/step into the training loop, or migrate by hand"),
     Code("RPM113", "forward-value-used-elsewhere", "a value of the forward is needed outside the loss function",
-         "a value computed between the forward and the backward is read elsewhere (later, in the "
-         "next iteration, or by a statement that stays on the main thread), or read before it is "
-         "bound", "moving it into the loss function would change the value the other code sees "
+         "in an apex step, a value computed between the forward and the backward is read elsewhere "
+         "(later, in the next iteration, or by a statement that stays on the main thread), or read "
+         "before it is bound (a torch.amp step takes the autograd form instead)", "moving it into the loss function would change the value the other code sees "
          "(or raise UnboundLocalError)", "`aux = out.pow(2).mean()` printed in the next iteration",
          "compute that value from the returned outputs after the step, or migrate by hand"),
     Code("RPM114", "model-trained-elsewhere", "the model is also handed to another trainer or alias",

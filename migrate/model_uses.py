@@ -33,6 +33,8 @@ class ModelUses:
 
     def plan(self) -> None:
         for statement, name in self.rules.plan.synchronize_before:
+            if statement in self.rules.plan.step_statements:
+                continue  # moved into a step function (another path's step) after all
             self._synchronize_before(statement, name, "before a main-thread write of optimizer state "
                                      "(it would race with the asynchronous step)")
         seen: Set[Tuple[int, str]] = set()

@@ -3,7 +3,8 @@
 In the asynchronous RoundPipe form the step function runs on the optimizer thread while the
 main thread goes on; a learning-rate loop over ``optimizer.param_groups``, a scheduler step
 outside the step function, ``add_param_group`` or a helper handed the optimizer
-(``adjust_learning_rate(optimizer, epoch)``) would race with it. The rules order each of
+(``adjust_learning_rate(optimizer, epoch)``) and a ``zero_grad()`` left beside the step
+(it clears the optimizer copies' gradients) would race with it. The rules order each of
 them after the running step (``model.synchronize()`` before it); this module only finds them.
 """
 
@@ -37,7 +38,7 @@ def optimizer_writes(facts: ModuleFacts, root: cst.CSTNode, optimizer: str,
         if reads_param_groups(line):
             return True
         for call in facts.subtree(line, cst.Call):
-            if method_call(call, optimizer, "add_param_group") or method_call(call, optimizer, "load_state_dict"):
+            if any(method_call(call, optimizer, name) for name in ("add_param_group", "load_state_dict", "zero_grad")):
                 return True
             if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
                     call.func.attr.value == "step" and is_scheduler(call.func.value.value, line):

@@ -26,7 +26,14 @@ from .syntax import (assigned_names, code, is_assignment_line, is_plain_line, me
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup"]
+__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABLE"]
+
+#: Why the forward and the loss cannot move into a loss function: RPM106 (no forward of the
+#: recognised shape right before the backward), RPM107 (the model called several times),
+#: RPM113 (work between the forward and the backward that shares their values). A step
+#: refused for one of these takes the autograd form instead, which keeps them as written.
+UNFUSABLE = frozenset({"RPM106", "RPM107", "RPM113"})
+_GUARDABLE: Set[Optional[str]] = {"unscale", "clip"}  # step statements an `if` may hold alone
 
 
 class StepBuilder:
@@ -54,21 +61,48 @@ class StepBuilder:
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
-        region = self._forward_region(model, optimizer)
-        zero_grads = self._zero_grads_to_move(region, optimizer, model, found.condition)
-        self._plan_forward(region, model)
+        self.trained = (optimizer, model)
+        try:
+            region = self._forward_region(model, optimizer)
+            forward = self._plan_forward(region, model)
+        except Blocked as unfused:
+            if not self.autograd_form or unfused.code not in UNFUSABLE:
+                raise
+            self._plan_autograd_form(found, optimizer, model, unfused)
+            return
+        zero_grads = self._zero_grads_to_move(region, optimizer, model, found)
+        self._emit_forward(region, forward)
         self._plan_step_group(found, optimizer, model, zero_grads)
+        self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
-            self._order_optimizer_writes(region, group, optimizer, model)
+            forward_statements = region.with_statement or region.statements[region.start:region.end]
+            skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
+            skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
+            self._order_optimizer_writes(skipped, optimizer, model)
 
-    def _order_optimizer_writes(self, region: "ForwardRegion", group: List[cst.BaseStatement],
-                                optimizer: str, model: str) -> None:
+    autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
+    step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
+
+    def _plan_autograd_form(self, found: "StepGroup", optimizer: str, model: str, unfused: Blocked) -> None:
+        """RoundPipe's autograd form (design/MIGRATE.md, "Two target forms"): the forward,
+        the loss code and ``scaler.scale(loss).backward()`` stay on the main thread as
+        written (RoundPipe's forward is differentiable; the backward accumulates the
+        gradients that ``model.step`` hands to the optimizer copies); only the optimizer
+        work moves into the step function."""
+        zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], optimizer, model)]
+        if zero_grads:
+            self._require_every_iteration(self.body[zero_grads[0]], found)
+        self._plan_step_group(found, optimizer, model, zero_grads)
+        self.rules.plan.rewrites.append((self.backward, "autograd form: forward, loss code and backward "
+                                         f"kept on the main thread (not fused: {unfused.message})"))
+        if not self.rules.exact:
+            self._order_optimizer_writes({*found.statements, self.backward}, optimizer, model)
+
+    def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
         """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
         optimizer) in the step's function, and after the wrap where the optimizer is built,
-        wait for the running step first (``model.synchronize()`` before them)."""
-        forward = region.with_statement or region.statements[region.start:region.end]
-        skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
-        skipped |= {forward} if isinstance(forward, cst.With) else set(forward)
+        wait for the running step first (``model.synchronize()`` before them); the
+        ``skipped`` statements are the step's own."""
         function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
         trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
         trainers = {trainer} if trainer else set()
@@ -95,6 +129,9 @@ class StepBuilder:
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+        if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.body, cst.IndentedBlock) \
+                and all(self._classify(inner) in _GUARDABLE for inner in statement.body.body):
+            return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
         value = only_expression(statement)
         if not isinstance(value, cst.Call):
             return None
@@ -115,6 +152,17 @@ class StepBuilder:
                 return "scheduler"
         return None
 
+    def _with_kinds(self, group: List[cst.BaseStatement]) -> List[Tuple[cst.BaseStatement, Optional[str]]]:
+        """The step group's statements with their kinds, a guarded ``if`` followed by the
+        statements of its body."""
+        found: List[Tuple[cst.BaseStatement, Optional[str]]] = []
+        for statement in group:
+            kind = self._classify(statement)
+            found.append((statement, kind))
+            if kind == "guarded" and isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
+                found += [(inner, self._classify(inner)) for inner in statement.body.body]
+        return found
+
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
         binding = self.rules._binding(name, at)
         if binding.value is not None and isinstance(binding.value, cst.Call):
@@ -124,12 +172,34 @@ class StepBuilder:
     def _find_step_group(self) -> "StepGroup":
         """The optimizer step statements: the first contiguous run of step statements after
         the backward, in this block or in the body of an ``if`` (gradient accumulation)
-        that follows it."""
-        for position in range(self.index + 1, len(self.body)):
-            statement = self.body[position]
-            found = self._step_run(self.block, self.body, position, None)
+        that follows it; when the backward ends the body of a loop of micro-steps (nothing
+        after it uses the scaler), the same after that loop."""
+        block, body, after = self.block, self.body, self.index
+        while True:
+            found, stopped = self._step_group_after(block, body, after)
             if found is not None:
                 return found
+            loop = self.facts.parent(block)
+            if stopped or not isinstance(loop, (cst.For, cst.While)) or loop.orelse is not None:
+                break
+            outer = self.facts.parent(loop)
+            if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
+                break
+            block, body = outer, list(outer.body)
+            after = body.index(loop)
+        raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
+                      "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
+                      "the same block")
+
+    def _step_group_after(self, block: Union[cst.IndentedBlock, cst.Module], body: List[cst.BaseStatement],
+                          after: int) -> Tuple[Optional["StepGroup"], bool]:
+        """The step group among ``body[after + 1:]``; ``True`` with None when a statement
+        there uses the scaler without being one."""
+        for position in range(after + 1, len(body)):
+            statement = body[position]
+            found = self._step_run(block, body, position, None)
+            if found is not None:
+                return found, True
             if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
                 if statement.orelse is not None:
                     raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
@@ -137,12 +207,10 @@ class StepBuilder:
                 for inner_position in range(len(inner)):
                     found = self._step_run(statement.body, inner, inner_position, statement)
                     if found is not None:
-                        return found
+                        return found, True
             if self._mentions(statement, self.anchor):
-                break
-        raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
-                      "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-                      "the same block")
+                return None, True
+        return None, False
 
     def _step_run(self, block: cst.CSTNode, statements: List[cst.BaseStatement], start: int,
                   condition: Optional[cst.If]) -> Optional["StepGroup"]:
@@ -169,7 +237,7 @@ class StepBuilder:
             raise Blocked(step_call, "RPM102" if len(step_call.args) > 1 else "RPM106",
                           "scaler.step() with extra arguments (e.g. a closure) is not migrated")
         optimizer = step_call.args[0].value.value
-        for statement, kind in zip(group, kinds):
+        for statement, kind in self._with_kinds(group):
             call = only_expression(statement)
             if kind == "unscale" and not m.matches(call.args[0].value if call.args else None, m.Name(optimizer)):
                 raise Blocked(call, "RPM107", "unscale_() of another optimizer")
@@ -315,18 +383,26 @@ class StepBuilder:
         return calls
 
     def _zero_grads_to_move(self, region: "ForwardRegion", optimizer: str, model: str,
-                            condition: Optional[cst.If]) -> List[int]:
+                            found: "StepGroup") -> List[int]:
         """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
         top of the iteration, or between loss and backward): they move to the step's end."""
-        found = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
-        found += self.zero_before_backward
-        if found and condition is not None:
-            raise Blocked(self.body[found[0]], "RPM106", "zero_grad() every iteration but a "
-                          "conditional optimizer step; not certain, left untouched")
-        return found
+        found_at = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
+        found_at += self.zero_before_backward
+        if found_at:
+            self._require_every_iteration(self.body[found_at[0]], found)
+        return found_at
+
+    def _require_every_iteration(self, zero_grad: cst.BaseStatement, found: "StepGroup") -> None:
+        """A ``zero_grad()`` before the backward moves to the step's end only when the step
+        runs in every iteration that zeroes (not under a condition, nor after a loop of
+        micro-steps): otherwise the zeroing would no longer discard the gradients between."""
+        if found.block is not self.block:
+            raise Blocked(zero_grad, "RPM106", "zero_grad() every iteration but an optimizer step "
+                          "under a condition or after a loop; not certain, left untouched")
 
     # ------------------------------------------------------------- emit: forward
-    def _plan_forward(self, region: "ForwardRegion", model: str) -> None:
+    def _plan_forward(self, region: "ForwardRegion", model: str) -> "ForwardPlan":
+        """The forward + loss as the loss function will hold them (nothing emitted yet)."""
         statements = region.statements[region.start:region.end] + region.outside
         model_calls = [c for s in statements for c in self._model_calls(s, model)]
         if len(model_calls) != 1:
@@ -350,12 +426,12 @@ class StepBuilder:
         labels = self._labels(region, moved_statements, model_call, assigned, kept)
         self._check_locals(moved_statements, {output_name or "", *labels})
         input_args, input_kwargs = self._inputs(model_call)
-        self._emit_forward(region, ForwardPlan(
+        return ForwardPlan(
             model=model, model_call=model_call, output_name=output_name, drop_first=drop_first,
             labels=tuple(labels), input_args=tuple(input_args), input_kwargs=input_kwargs,
             loss_name=loss_name,
             return_outputs=output_name is not None and output_name in outside_names,
-            sum_reduced=self._sum_reduced(moved_statements), moved=tuple(moved)))
+            sum_reduced=self._sum_reduced(moved_statements), moved=tuple(moved))
 
     def _loss_slice(self, statements: List[cst.BaseStatement], output_name: Optional[str]) -> List[bool]:
         """Which forward-region statements the loss depends on (they move into the loss
@@ -615,19 +691,19 @@ class StepBuilder:
                 body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
             )
             step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
-            return [definition, step, update]
+            return [definition, step] + ([update] if update is not None else [])
 
         plan.edits.replace_range(found.block, found.start, found.end, build)
+        self.rules.plan.step_statements.update(self.body[index] for index in zero_grads)
         for index in zero_grads:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
-        plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
-        self.rules.plan.step_statements.update(group)
-        plan.rewrites.append((group[0], "optimizer step -> model.step(step_fn); scaler.update() kept"))
+        self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))
+        plan.rewrites.append((group[0], self.step_rewrite))
 
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
         """Expression edits inside the step statements: clipping on the optimizer copies,
         ``model.zero_grad`` through the optimizer (whose parameters are the copies)."""
-        for statement, kind in zip(group, kinds):
+        for statement, kind in self._with_kinds(group):
             if kind == "clip":
                 self._clip_on_copies(statement, model)
             if kind == "zero_grad":

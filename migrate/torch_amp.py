@@ -27,10 +27,12 @@ from typing import Callable, List, Optional, Set, Tuple, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import BaseAssignment
 
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, Plan
+from .plain_path import plan_plain_path
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 
@@ -99,10 +101,7 @@ class TorchAmpRules:
             owner = call.func.value.func.value
             scope = self.facts.scope(owner)
             assignments = list(scope[owner.value]) if scope is not None else []
-            built_elsewhere = all(
-                not isinstance(a.node, cst.Param) and self._built_by_other_call(a.node)
-                for a in assignments
-            )
+            built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
             if assignments and built_elsewhere:
                 continue
             self.plan.blocked.append(Blocked(
@@ -130,18 +129,34 @@ class TorchAmpRules:
                 raise Blocked(call, "RPM104", f"`{code(call)}` unscales with a scaler the migration "
                               "did not follow to a recognised training step; migrate it by hand")
 
-    def _built_by_other_call(self, node: cst.CSTNode) -> bool:
+    def _origin(self, assignment: BaseAssignment, at: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The node binding a name; for a parameter, the binding every same-file caller
+        passes (None when that cannot be followed)."""
+        if not isinstance(assignment.node, cst.Param):
+            return assignment.node
+        try:
+            outer = self._caller_binding(Binding(assignment.scope, assignment.name, None, None), at)
+        except Blocked:
+            return None
+        return outer.statement
+
+    def _built_by_other_call(self, node: Optional[cst.CSTNode]) -> bool:
+        """``node`` binds the result of a known call that is not a torch GradScaler (e.g.
+        RoundPipe's own, possibly ``... if amp else None``)."""
         statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return False
         small = statement.body[0]
-        if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)):
+        value = small.value if isinstance(small, cst.Assign) else None
+        if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Call) and _optional(value, value.body):
+            value = value.body
+        if not isinstance(value, cst.Call):
             return False
         try:
-            kind = self.facts.scaler_kind(small.value)
+            kind = self.facts.scaler_kind(value)
         except ValueError:  # an ambiguous GradScaler spelling is still a GradScaler (RPM104 later)
             return False
-        return kind is None and bool(self.facts.qualified(small.value.func))
+        return kind is None and bool(self.facts.qualified(value.func))
 
     def _find_scalers(self) -> List[Tuple[cst.Call, cst.SimpleStatementLine]]:
         found = []
@@ -161,7 +176,7 @@ class TorchAmpRules:
         if not (
             len(getattr(statement, "body", ())) == 1
             and isinstance(small, cst.Assign)
-            and small.value is call
+            and (small.value is call or _optional(small.value, call))
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
         ):
@@ -207,6 +222,8 @@ class TorchAmpRules:
                     raise Blocked(access, "RPM104", f"GradScaler method {method!r} is not migrated")
             elif isinstance(parent, cst.Arg):
                 self._follow_into_function(parent, name, depth)
+            elif _tests_presence(parent, access):
+                continue  # `if scaler is not None:`, `if scaler:`: optional AMP
             else:
                 raise Blocked(access, "RPM105", "GradScaler is stored or passed in a way the "
                               "migration cannot follow; migrate this one by hand")
@@ -373,7 +390,27 @@ class TorchAmpRules:
             raise Blocked(scale_call, "RPM106", "scaler.scale() of several outputs is not migrated")
         step = StepBuilder(self, scaler, statement, scale_call.args[0].value)
         step.plan()
+        plan_plain_path(step)
 
+
+
+def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
+    """``GradScaler(...) if flag else None`` (either way round): optional AMP."""
+    if not isinstance(value, cst.IfExp):
+        return False
+    other = value.orelse if value.body is call else value.body if value.orelse is call else None
+    return other is not None and m.matches(other, m.Name("None"))
+
+
+def _tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
+    """``access`` is only tested for being there: ``x is None``, ``x is not None`` or the
+    test of an ``if``/``while``/conditional expression (``if x:``), possibly under ``not``."""
+    if isinstance(parent, cst.Comparison):
+        return parent.left is access and len(parent.comparisons) == 1 and m.matches(
+            parent.comparisons[0], m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None")))
+    if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        return True
+    return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access
 
 
 def plan_torch_amp(facts: ModuleFacts, exact: bool) -> Tuple[Plan, TorchAmpRules]:

@@ -52,11 +52,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
 # Projects the tool gets wrong today: expected failures, strict, so that a fix is noticed
 # (and the entry removed) the day the tool stops getting them wrong.
-KNOWN_WRONG: Dict[str, str] = {
-    "two_path_amp": "issue 9: the tool wraps the model and migrates the AMP branch, but the "
-    "plain branch keeps loss.backward(); optimizer.step() on the wrapped model, whose grads "
-    "never reach the optimizer copies: with --precision fp32 the optimizer never sees a gradient",
-}
+KNOWN_WRONG: Dict[str, str] = {}
 
 FINAL_SCALE = re.compile(r"^final scale ", re.M)
 STEP_LINE = re.compile(r"^step \d+ ", re.M)
@@ -190,15 +186,11 @@ def test_hand_migrated_target_prints_the_originals_numbers(name, tmp_path):
         assert _numbers(run_program(migrated, argv)) == _numbers(run_program(original, argv))
 
 
-# Targets in the autograd form that the tool does not yet recognise as already migrated.
-_NOT_FOLLOWED = (
-    "the tool reports RPM104 on scaler.scale(loss).backward() of RoundPipe's autograd form "
-    "because it cannot follow the roundpipe.GradScaler back to its creation ({}); the "
-    "project view of issues 9/10 should"
-)
+# Targets the tool does not yet recognise as already migrated.
 TARGETS_REPORTED: Dict[str, str] = {
-    "optional_amp_none": _NOT_FOLLOWED.format("`roundpipe.GradScaler(...) if args.amp else None`"),
-    "work_between_forward_backward": _NOT_FOLLOWED.format("a parameter of run_step"),
+    "loss_scaler_wrapper": "the tool reports RPM104 on `self._scaler.scale(loss).backward()` "
+    "inside the RoundPipe-aware wrapper class (a scaler held in an attribute); the wrapper "
+    "shape of issue 10 should recognise it",
 }
 
 

@@ -60,10 +60,6 @@ RULE = Rule(
             expect=('return_outputs=True)[1]',),
         ),
         Example(
-            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        if x is not None:\n            print(aux)\n        with torch.autocast("cuda"):\n            out = model(x)\n            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
-            codes=('RPM113',),
-        ),
-        Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    sum = 0  # a user\'s own `sum`\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             codes=('RPM106',),
         ),

@@ -1,8 +1,9 @@
-"""Diagnostic RPM113: a value computed in the forward is read in the next iteration.
+"""Autograd form: a value computed in the forward is read in the next iteration.
 
 `aux` is computed between the forward and the loss and printed at the top of the next
-iteration. Moving it into the loss function would leave the printed `aux` stale (or
-unbound), so the file is left unchanged.
+iteration. Moving it into a loss function would leave the printed `aux` stale (or
+unbound), so the forward and the loss stay as written and only the optimizer work moves
+into the step function.
 """
 
 import torch

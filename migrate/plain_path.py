@@ -1,0 +1,97 @@
+"""The plain (non-AMP) path of a two-path training step.
+
+Real scripts often train with or without AMP behind one flag: ``if scaler is not None:``
+(or ``if args.amp:``) around the AMP step, ``else: loss.backward(); optimizer.step()``
+(examples in :mod:`migrate.rules.two_path_amp`).
+
+Once the AMP path is migrated the model is wrapped, so the plain path must train through
+RoundPipe too (its ``optimizer.step()`` would otherwise step copies that never receive a
+gradient). It takes the autograd form: the backward stays as written, and the optimizer
+statements after it (clipping, ``optimizer.step()``, ``zero_grad``, scheduler steps) move
+into a step function for ``model.step``. Both branches must step unconditionally, so a
+``zero_grad()`` before or after the ``if`` still sees each iteration's gradients consumed
+(in the asynchronous form it waits for the running step first, as every main-thread write
+of optimizer state does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+import libcst as cst
+import libcst.matchers as m
+
+from .plan import Blocked
+from .steps import StepBuilder
+from .syntax import method_call, only_expression
+
+if TYPE_CHECKING:
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["plan_plain_path"]
+
+_PLAIN_BACKWARD = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward")), args=[])
+
+
+class PlainStepBuilder(StepBuilder):
+    """``loss.backward()`` + ``optimizer.step()`` in the other branch of a migrated step,
+    for the optimizer and the model that step trains."""
+
+    autograd_form = True
+    step_rewrite = "plain (non-AMP) optimizer step -> model.step(step_fn)"
+
+    def __init__(self, rules: "TorchAmpRules", backward: cst.SimpleStatementLine, loss: cst.BaseExpression,
+                 amp_step: StepBuilder) -> None:
+        super().__init__(rules, amp_step.scaler, backward, loss)
+        self.optimizer, self.model = amp_step.trained
+        self.anchor = self.optimizer
+        self.built, self.model_outer = amp_step.built, amp_step.model_outer
+
+    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+        value = only_expression(statement)
+        if isinstance(value, cst.Call) and not value.args and method_call(value, self.optimizer, "step"):
+            return "step"
+        kind = super()._classify(statement)
+        return kind if kind in ("clip", "zero_grad", "scheduler") else None
+
+    def plan(self) -> None:
+        found = self._find_step_group()
+        kinds = [self._classify(s) for s in found.statements]
+        if kinds.count("step") != 1 or found.block is not self.block:
+            raise Blocked(found.statements[0], "RPM106", "the plain (non-AMP) path does not call "
+                          f"{self.optimizer}.step() once, unconditionally, after its backward")
+        zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], self.optimizer, self.model)]
+        self._plan_step_group(found, self.optimizer, self.model, zero_grads)
+        self.rules.plan.rewrites.append((self.backward, "autograd form for the plain (non-AMP) path: "
+                                         "its forward, loss code and backward are kept"))
+        if not self.rules.exact:
+            self._order_optimizer_writes({*found.statements, self.backward}, self.optimizer, self.model)
+
+    def _step_body(self, updated, kinds, optimizer: str):
+        return list(updated), None
+
+
+def plan_plain_path(amp_step: StepBuilder) -> None:
+    """If ``amp_step`` is one branch of an ``if``/``else`` whose other branch trains with a
+    plain ``loss.backward()``, migrate that branch's step as well."""
+    others = _other_branch(amp_step)
+    backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
+    if not backwards:
+        return
+    if len(backwards) != 1:
+        raise Blocked(backwards[0], "RPM106", "the other branch of a migrated AMP step runs "
+                      "several backwards; not migrated")
+    call = only_expression(backwards[0])
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    PlainStepBuilder(amp_step.rules, backwards[0], call.func.value, amp_step).plan()  # type: ignore[arg-type]
+
+
+def _other_branch(step: StepBuilder) -> List[cst.BaseStatement]:
+    """The statements of the other branch of the ``if``/``else`` whose body or ``else``
+    holds the step's backward (none when there is no such ``if``)."""
+    owner = step.facts.parent(step.block)
+    statement = step.facts.parent(owner) if isinstance(owner, cst.Else) else owner
+    if not isinstance(statement, cst.If) or not isinstance(statement.orelse, cst.Else):
+        return []
+    other = statement.orelse.body if statement.body is step.block else statement.body
+    return list(other.body) if isinstance(other, cst.IndentedBlock) else []
