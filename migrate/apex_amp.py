@@ -50,8 +50,9 @@ class ApexStepBuilder(StepBuilder):
 
     autograd_form = False  # the apex backward itself is rewritten only in the fused form
 
-    def __init__(self, rules: "ApexRules", statement: cst.With, loss: cst.BaseExpression,
-                 optimizer: str, scaler: str = _SCALER) -> None:
+    def __init__(
+        self, rules: "ApexRules", statement: cst.With, loss: cst.BaseExpression, optimizer: str, scaler: str = _SCALER
+    ) -> None:
         super().__init__(rules, scaler, statement, loss)  # type: ignore[arg-type]
         self.optimizer = optimizer
         self.anchor = optimizer
@@ -75,13 +76,14 @@ class ApexStepBuilder(StepBuilder):
         scope = self.facts.scope(self.backward)
         candidates = self.rules.models_in(scope)
         called = {
-            name for name in candidates
-            for statement in self.body[: self.index]
-            if self._model_calls(statement, name)
+            name for name in candidates for statement in self.body[: self.index] if self._model_calls(statement, name)
         }
         if len(called) != 1:
-            raise Blocked(self.backward, "RPM108", "the model passed through amp.initialize "
-                          "is not called exactly once before this backward")
+            raise Blocked(
+                self.backward,
+                "RPM108",
+                "the model passed through amp.initialize is not called exactly once before this backward",
+            )
         return called.pop()
 
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
@@ -90,7 +92,8 @@ class ApexStepBuilder(StepBuilder):
             if kind == "step":
                 call = only_expression(statement)
                 self.rules.plan.edits.replace_expression(
-                    call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})"))
+                    call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
+                )
 
     def _step_body(self, updated, kinds, optimizer: str):
         inside = list(updated)
@@ -132,8 +135,12 @@ class ApexRules(TorchAmpRules):
             elif qualified in _COMPAT:
                 self._rename(node, _COMPAT[qualified])
             elif not self._is_import(node):
-                raise Blocked(node, "RPM201", f"`{code(node)}` ({qualified}) has no RoundPipe "
-                              "equivalent; this file is left for migration by hand")
+                raise Blocked(
+                    node,
+                    "RPM201",
+                    f"`{code(node)}` ({qualified}) has no RoundPipe "
+                    "equivalent; this file is left for migration by hand",
+                )
         for attribute in self._old_scale_loss:
             self._plan_scale_loss(attribute)
         self._remove_imports()
@@ -164,10 +171,18 @@ class ApexRules(TorchAmpRules):
         call = self.facts.parent(node)
         statement = self.facts.statement_of(node)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        if not (isinstance(call, cst.Call) and call.func is node and isinstance(small, cst.Assign)
-                and small.value is call and len(small.targets) == 1):
-            raise Blocked(node, "RPM201", "amp.initialize(...) is not assigned back to the "
-                          "model/optimizer variables; migrate by hand")
+        if not (
+            isinstance(call, cst.Call)
+            and call.func is node
+            and isinstance(small, cst.Assign)
+            and small.value is call
+            and len(small.targets) == 1
+        ):
+            raise Blocked(
+                node,
+                "RPM201",
+                "amp.initialize(...) is not assigned back to the model/optimizer variables; migrate by hand",
+            )
         self._rename(node, _COMPAT["apex.amp.initialize"])
         target = small.targets[0].target
         first = target.elements[0].value if isinstance(target, (cst.Tuple, cst.List)) else target
@@ -196,29 +211,46 @@ class ApexRules(TorchAmpRules):
     def _assignment_of(self, node: cst.CSTNode, what: str) -> Tuple[cst.SimpleStatementLine, cst.Call, str]:
         call = self.facts.parent(node)
         statement = self.facts.statement_of(node)
-        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-        if not (isinstance(call, cst.Call) and call.func is node and isinstance(small, cst.Assign)
-                and small.value is call and len(small.targets) == 1
-                and isinstance(small.targets[0].target, cst.Name)):
+        small = (
+            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        )
+        if not (
+            isinstance(call, cst.Call)
+            and call.func is node
+            and isinstance(small, cst.Assign)
+            and small.value is call
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+        ):
             raise Blocked(node, "RPM201", f"{what} is not assigned to a plain variable; migrate by hand")
         return statement, call, small.targets[0].target.value
 
-    def _initialize_after_optimizer(self, optimizer: str, at: cst.CSTNode, arguments: str,
-                                    model_suffix: str = "") -> None:
+    def _initialize_after_optimizer(
+        self, optimizer: str, at: cst.CSTNode, arguments: str, model_suffix: str = ""
+    ) -> None:
         """Old APIs had no initialize(model, optimizer): add one after the optimizer is built.
 
         ``model_suffix`` is appended to the model passed in (``.float()`` for a model the old
         API made half: initialize wants fp32 models and makes the half copy itself)."""
         built = self._constructed(optimizer, at)
-        owners = {c.func.value.value for c in m.findall(built.value, m.Call(
-            func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[]))} if built.value else set()
+        owners = (
+            {
+                c.func.value.value
+                for c in m.findall(
+                    built.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])
+                )
+            }
+            if built.value
+            else set()
+        )
         if len(owners) != 1:
             raise Blocked(at, "RPM108", "the optimizer is not built on `model.parameters()` of one model")
         model = owners.pop()
         block = self.facts.parent(built.statement)
         index = list(block.body).index(built.statement)
         line = cst.parse_statement(
-            f"{model}, {optimizer} = roundpipe.compat.initialize({model}{model_suffix}, {optimizer}{arguments})\n")
+            f"{model}, {optimizer} = roundpipe.compat.initialize({model}{model_suffix}, {optimizer}{arguments})\n"
+        )
         self.plan.edits.insert_before(block, index + 1, [line])
         self._models.add((id(built.scope), model))
         self.plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
@@ -236,8 +268,9 @@ class ApexRules(TorchAmpRules):
         for access in self.facts.accesses(handle, scope):
             attribute = self.facts.parent(access)
             if not (isinstance(attribute, cst.Attribute) and attribute.attr.value == "scale_loss"):
-                raise Blocked(access, "RPM201", f"{handle} (the old amp handle) is used for more "
-                              "than scale_loss; migrate by hand")
+                raise Blocked(
+                    access, "RPM201", f"{handle} (the old amp handle) is used for more than scale_loss; migrate by hand"
+                )
             withs.append(attribute)
         optimizers = {self._scale_loss_optimizer(a) for a in withs}
         if len(optimizers) != 1:
@@ -260,8 +293,11 @@ class ApexRules(TorchAmpRules):
         statement, call, wrapped = self._assignment_of(node, "FP16_Optimizer(...)")
         inner = call.args[0].value if call.args and call.args[0].keyword is None else None
         if not isinstance(inner, cst.Name) or inner.value != wrapped:
-            raise Blocked(call, "RPM201", "FP16_Optimizer must rewrap the same optimizer variable "
-                          "(`optimizer = FP16_Optimizer(optimizer, ...)`)")
+            raise Blocked(
+                call,
+                "RPM201",
+                "FP16_Optimizer must rewrap the same optimizer variable (`optimizer = FP16_Optimizer(optimizer, ...)`)",
+            )
         loss_scale = '"dynamic"'
         for arg in call.args[1:]:
             keyword = arg.keyword.value if arg.keyword is not None else None
@@ -282,8 +318,9 @@ class ApexRules(TorchAmpRules):
                 backwards.append(self.facts.parent(attribute))
         if not backwards:
             raise Blocked(statement, "RPM106", "FP16_Optimizer without optimizer.backward(loss)")
-        self._initialize_after_optimizer(wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}',
-                                         model_suffix=".float()")
+        self._initialize_after_optimizer(
+            wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}', model_suffix=".float()"
+        )
         self._drop_statement(statement)
         self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
         for backward in backwards:
@@ -298,24 +335,32 @@ class ApexRules(TorchAmpRules):
         call = self.facts.parent(node)
         item = self.facts.parent(call)
         statement = self.facts.parent(item)
-        if not (isinstance(call, cst.Call) and isinstance(item, cst.WithItem)
-                and isinstance(statement, cst.With) and len(statement.items) == 1
-                and isinstance(item.asname, cst.AsName) and isinstance(item.asname.name, cst.Name)):
-            raise Blocked(node, "RPM201", "amp.scale_loss is not used as "
-                          "`with amp.scale_loss(loss, optimizer) as scaled: ...`")
+        if not (
+            isinstance(call, cst.Call)
+            and isinstance(item, cst.WithItem)
+            and isinstance(statement, cst.With)
+            and len(statement.items) == 1
+            and isinstance(item.asname, cst.AsName)
+            and isinstance(item.asname.name, cst.Name)
+        ):
+            raise Blocked(
+                node, "RPM201", "amp.scale_loss is not used as `with amp.scale_loss(loss, optimizer) as scaled: ...`"
+            )
         scaled = item.asname.name.value
         body = list(statement.body.body)
         backward = only_expression(body[0]) if len(body) == 1 else None
         if not m.matches(backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])):
-            raise Blocked(statement, "RPM106", "the amp.scale_loss block must hold only "
-                          f"`{scaled}.backward()`")
+            raise Blocked(statement, "RPM106", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
         positional = [a for a in call.args if a.keyword is None]
         scaler = _SCALER
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
             if keyword in ("delay_unscale", "delay_overflow_check", "model"):
-                raise Blocked(arg, "RPM201", f"amp.scale_loss({keyword}=...) has no RoundPipe "
-                              "equivalent; left for migration by hand")
+                raise Blocked(
+                    arg,
+                    "RPM201",
+                    f"amp.scale_loss({keyword}=...) has no RoundPipe equivalent; left for migration by hand",
+                )
             if keyword == "loss_id" and code(arg.value) != "0":  # loss k's own scaler, as apex
                 scaler = f"roundpipe.compat.loss_scaler({code(arg.value)})"
         if len(positional) != 2 or not isinstance(positional[1].value, cst.Name):
@@ -347,8 +392,9 @@ class ApexRules(TorchAmpRules):
             if not any(self._imports_apex(s) for s in statement.body):
                 continue
             if not all(self._imports_apex(s) for s in statement.body):
-                raise Blocked(statement, "RPM201", "apex imported together with other modules "
-                              "on one line; split the import first")
+                raise Blocked(
+                    statement, "RPM201", "apex imported together with other modules on one line; split the import first"
+                )
             self._drop(statement)
 
     @staticmethod

@@ -27,9 +27,11 @@ class Change:
     new: Optional[LineRange]
 
     def to_json(self) -> dict:
-        return {"kind": self.kind,
-                "original_lines": list(self.original) if self.original else None,
-                "new_lines": list(self.new) if self.new else None}
+        return {
+            "kind": self.kind,
+            "original_lines": list(self.original) if self.original else None,
+            "new_lines": list(self.new) if self.new else None,
+        }
 
 
 def line_changes(original: str, migrated: str) -> List[Change]:
@@ -55,9 +57,9 @@ def _as_move(change: Change, before: List[str], after: List[str], added: List[Li
     if change.kind != "removed" or change.original is None:
         return change
     start, end = change.original
-    lines = [line.strip() for line in before[start - 1:end] if line.strip()]
+    lines = [line.strip() for line in before[start - 1 : end] if line.strip()]
     for new_start, new_end in added:
-        text = [line.strip() for line in after[new_start - 1:new_end]]
+        text = [line.strip() for line in after[new_start - 1 : new_end]]
         if lines and all(line in text for line in lines):
             return Change("moved", change.original, (new_start, new_end))
     return change

@@ -188,7 +188,7 @@ class Palette:
         if not self.enabled or not text:
             return text
         body = text.rstrip("\r\n")
-        return f"\x1b[{_STYLES[style]}m{body}\x1b[0m{text[len(body):]}"
+        return f"\x1b[{_STYLES[style]}m{body}\x1b[0m{text[len(body) :]}"
 
 
 def use_color(choice: str, stream: TextIO) -> bool:
@@ -225,15 +225,11 @@ def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) 
         return _left_unchanged(unchanged, "RPM901", message)
     except Exception as err:  # noqa: BLE001 - a bug in one file must not end the run
         message = (
-            f"internal error: migration failed ({type(err).__name__}: {err}); "
-            "file left unchanged (please report this)"
+            f"internal error: migration failed ({type(err).__name__}: {err}); file left unchanged (please report this)"
         )
         return _left_unchanged(unchanged, "RPM904", message)
     if result.changed and _syntax_error(result.migrated, path) is not None:
-        message = (
-            "internal error: the migrated text does not compile; file left unchanged "
-            "(please report this)"
-        )
+        message = "internal error: the migrated text does not compile; file left unchanged (please report this)"
         return _left_unchanged(result, "RPM904", message)
     return result
 
@@ -292,9 +288,7 @@ def _on_deep_stack(function: Callable[[], T]) -> T:
 def _left_unchanged(result: FileResult, code: str, message: str) -> FileResult:
     """``result`` with its changes dropped and an error ``code`` ``message`` at 1:1 added."""
     error = Diagnostic(result.path, 1, 1, code, message)
-    return dataclasses.replace(
-        result, migrated=result.original, rewrites=[], diagnostics=[*result.diagnostics, error]
-    )
+    return dataclasses.replace(result, migrated=result.original, rewrites=[], diagnostics=[*result.diagnostics, error])
 
 
 def _refused(path: str, refusal: Refusal) -> FileResult:
@@ -367,8 +361,9 @@ def migrate_all(
     results = {}
     for task, outcome in zip(tasks, outcomes):
         migrated = task.text if outcome.migrated is None else outcome.migrated
-        results[task.path] = FileResult(task.path, task.text, migrated, outcome.rewrites,
-                                        outcome.diagnostics, outcome.wrapped_models)
+        results[task.path] = FileResult(
+            task.path, task.text, migrated, outcome.rewrites, outcome.diagnostics, outcome.wrapped_models
+        )
     _reconcile([task for task in tasks if task.look], results)
     for job, item in zip(jobs, loaded):
         yield (item, results[job.path]) if isinstance(item, Source) else (None, item)
@@ -470,10 +465,7 @@ def format_diagnostic(diagnostic: Diagnostic, palette: Palette) -> str:
     kind (red: not processed, yellow: left with a diagnostic, cyan: information)."""
     location = f"{diagnostic.path}:{diagnostic.line}:{diagnostic.col}:"
     style = "red" if diagnostic.is_error else "cyan" if diagnostic.is_info else "yellow"
-    return (
-        f"{palette.paint(location, 'bold')} {palette.paint(diagnostic.code, style)} "
-        f"{diagnostic.message}"
-    )
+    return f"{palette.paint(location, 'bold')} {palette.paint(diagnostic.code, style)} {diagnostic.message}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -510,8 +502,9 @@ def deliver(job: Job, source: Optional[Source], result: FileResult, run: Run) ->
             write_atomically(target, text, stat.S_IMODE(os.stat(job.path).st_mode))
             refusal = None
     except OSError as err:
-        refusal = Refusal("RPM902", f"migrated text could not be written to {target} "
-                          f"({err.strerror or err}); file left unchanged")
+        refusal = Refusal(
+            "RPM902", f"migrated text could not be written to {target} ({err.strerror or err}); file left unchanged"
+        )
     if refusal is None:
         return result
     error = Diagnostic(result.path, refusal.line, refusal.col, refusal.code, refusal.message)
@@ -568,59 +561,71 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``roundpipe-migrate``."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Rewrite torch.amp / apex mixed-precision training scripts into the "
-        "RoundPipe form.",
+        description="Rewrite torch.amp / apex mixed-precision training scripts into the RoundPipe form.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "paths", nargs="+", metavar="PATH",
+        "paths",
+        nargs="+",
+        metavar="PATH",
         help="file or folder to migrate (a folder: every *.py below it); '-' for stdin",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("-w", "--write", action="store_true", help="rewrite changed files in place")
     mode.add_argument(
-        "-o", "--output-dir", dest="output", metavar="DIR",
+        "-o",
+        "--output-dir",
+        dest="output",
+        metavar="DIR",
         help="write changed files to DIR, mirroring their paths; originals untouched",
     )
     mode.add_argument(
-        "--check", action="store_true",
+        "--check",
+        action="store_true",
         help="write nothing; name each file that would change and exit 1 if any would",
     )
+    parser.add_argument("--diff", action="store_true", help="print the diff also with -w, -o or --check")
     parser.add_argument(
-        "--diff", action="store_true", help="print the diff also with -w, -o or --check"
-    )
-    parser.add_argument(
-        "--exact", action="store_true",
+        "--exact",
+        action="store_true",
         help="emit step(..., is_async=False) and update(is_async=False) so the migrated "
         "script reproduces the original's numbers",
     )
     parser.add_argument(
-        "--report", metavar="FILE.json",
+        "--report",
+        metavar="FILE.json",
         help="write a JSON report: the mode, where output went, every file and every change",
     )
     parser.add_argument(
-        "-j", "--jobs", type=_positive_int, default=1, metavar="N",
+        "-j",
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="N",
         help="process files in N worker processes (default 1: in this process)",
     )
     parser.add_argument(
-        "--exclude", action="append", default=[], metavar="GLOB",
-        help="skip files and folders below a folder PATH whose relative path or name "
-        "matches GLOB (repeatable)",
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip files and folders below a folder PATH whose relative path or name matches GLOB (repeatable)",
     )
     parser.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto",
-        help="colour diagnostics and diffs (default auto: only on a terminal, and not "
-        "when NO_COLOR is set)",
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour diagnostics and diffs (default auto: only on a terminal, and not when NO_COLOR is set)",
     )
     talk = parser.add_mutually_exclusive_group()
     talk.add_argument(
-        "-q", "--quiet", action="store_true",
+        "-q",
+        "--quiet",
+        action="store_true",
         help="no summary line, no info (RPM3xx) diagnostics, no --check file names",
     )
-    talk.add_argument(
-        "-v", "--verbose", action="store_true", help="also print each file's status"
-    )
+    talk.add_argument("-v", "--verbose", action="store_true", help="also print each file's status")
     return parser
 
 

@@ -88,7 +88,6 @@ class FileResult:
             "changed": self.changed,
             "rewrites": [{"line": r.line, "description": r.description} for r in self.rewrites],
             "diagnostics": [
-                {"line": d.line, "col": d.col, "code": d.code, "message": d.message}
-                for d in self.diagnostics
+                {"line": d.line, "col": d.col, "code": d.code, "message": d.message} for d in self.diagnostics
             ],
         }

@@ -21,6 +21,7 @@ import libcst.matchers as m
 
 __all__ = ["Edits", "EditApplier", "EditConflict", "PendingComments", "carry_comments", "drop_keeping_comments"]
 
+
 class EditConflict(ValueError):
     """Two rules want to change the same statements: the plan is not consistent."""
 

@@ -16,13 +16,13 @@ from typing import Dict, List, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from .apex_amp import plan_apex
 from .diagnostics import Diagnostic, FileResult, Rewrite
 from .edits import EditApplier, EditConflict
-from .names import ModuleFacts
-from .prefilter import might_use_amp
-from .apex_amp import plan_apex
 from .model_uses import ModelUses
+from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .prefilter import might_use_amp
 from .torch_amp import plan_torch_amp
 
 __all__ = ["migrate_source"]
@@ -53,8 +53,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
         wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     except cst.ParserSyntaxError as err:
         result.diagnostics.append(
-            Diagnostic(path, err.raw_line, err.raw_column + 1, "RPM901",
-                       f"syntax error, file skipped: {err.message}")
+            Diagnostic(path, err.raw_line, err.raw_column + 1, "RPM901", f"syntax error, file skipped: {err.message}")
         )
         return result
     facts = ModuleFacts(wrapper)
@@ -69,8 +68,13 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
             plan.blocked.append(blocked)
     except EditConflict:
         result.diagnostics.append(
-            Diagnostic(path, 1, 1, "RPM116", "the rewrite would change the same statements twice "
-                       "(duplicated training code?); file left unchanged")
+            Diagnostic(
+                path,
+                1,
+                1,
+                "RPM116",
+                "the rewrite would change the same statements twice (duplicated training code?); file left unchanged",
+            )
         )
         return result
     if plan.blocked:
@@ -84,14 +88,18 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
         compile(migrated, path, "exec")
     except SyntaxError as err:  # a bug in a rule: never write what does not compile
         result.diagnostics.append(
-            Diagnostic(path, 1, 1, "RPM190", f"internal error, file left unchanged (please "
-                       f"report): the migrated text does not compile: {err.msg}")
+            Diagnostic(
+                path,
+                1,
+                1,
+                "RPM190",
+                f"internal error, file left unchanged (please report): the migrated text does not compile: {err.msg}",
+            )
         )
         return result
     result.migrated = migrated
     result.diagnostics.extend(
-        Diagnostic(path, facts.line(node), facts.position(node).column + 1, "RPM302", text)
-        for node, text in notes
+        Diagnostic(path, facts.line(node), facts.position(node).column + 1, "RPM302", text) for node, text in notes
     )
     result.rewrites = [Rewrite(facts.position(node).line, text) for node, text in plan.rewrites]
     result.rewrites.sort(key=lambda r: r.line)
@@ -124,8 +132,9 @@ def _add_header(module: cst.Module, plan: Plan) -> None:
 
 
 def _imports_roundpipe(statement: cst.BaseStatement) -> bool:
-    return m.matches(statement, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(
-        name=m.Name("roundpipe"), asname=None)])]))
+    return m.matches(
+        statement, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(name=m.Name("roundpipe"), asname=None)])])
+    )
 
 
 def _is_import_line(statement: cst.BaseStatement) -> bool:

@@ -125,7 +125,8 @@ def _walk(root: str, excludes: Sequence[str], skip_folders: FrozenSet[str]) -> L
     for folder, subfolders, names in os.walk(root, onerror=unlistable):
         rel_folder = os.path.relpath(folder, root)
         subfolders[:] = [
-            name for name in subfolders
+            name
+            for name in subfolders
             if not _skip_folder(folder, name, _join_rel(rel_folder, name), excludes, skip_folders)
         ]
         for name in names:
@@ -147,9 +148,7 @@ def _excluded(rel: str, name: str, excludes: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(posix_rel, glob) or fnmatch.fnmatch(name, glob) for glob in excludes)
 
 
-def _skip_folder(
-    parent: str, name: str, rel: str, excludes: Sequence[str], skip_folders: FrozenSet[str]
-) -> bool:
+def _skip_folder(parent: str, name: str, rel: str, excludes: Sequence[str], skip_folders: FrozenSet[str]) -> bool:
     """True for a folder not to enter: hidden, ``venv``, ``__pycache__``, ``site-packages``,
     any folder holding ``pyvenv.cfg`` (a virtualenv), a symlink, an excluded one, or one
     in ``skip_folders`` (real paths)."""
@@ -176,7 +175,8 @@ def read_source(path: str) -> Union[bytes, Refusal]:
     """
     if path.endswith(_NOTEBOOK_SUFFIX):
         return Refusal(
-            "RPM905", "Jupyter notebooks are not supported; export the notebook as a script "
+            "RPM905",
+            "Jupyter notebooks are not supported; export the notebook as a script "
             "(jupyter nbconvert --to script) and migrate that; file skipped",
         )
     try:
@@ -209,7 +209,7 @@ def decode(data: bytes) -> Union[Source, Refusal]:
         line, col = data.count(b"\n", 0, err.start) + 1, err.start - line_start + 1
         return Refusal("RPM903", f"file is not UTF-8 ({err.reason}); file skipped", line, col)
     if text.startswith(BOM):
-        return Source(text[len(BOM):], bom=True)
+        return Source(text[len(BOM) :], bom=True)
     return Source(text)
 
 
@@ -230,7 +230,8 @@ def save(path: str, text: str, in_folder: bool, roots: FrozenSet[str]) -> Option
     target = os.path.realpath(path)
     if in_folder and os.path.islink(path) and not _inside(target, roots):
         return Refusal(
-            "RPM902", f"not written: {path} is a symlink to {target}, outside the folders "
+            "RPM902",
+            f"not written: {path} is a symlink to {target}, outside the folders "
             "given; name the link or its target directly to rewrite it",
         )
     info = os.stat(target)
@@ -249,9 +250,7 @@ def _inside(path: str, roots: FrozenSet[str]) -> bool:
     return any(os.path.commonpath([path, root]) == root for root in roots)
 
 
-def write_atomically(
-    target: str, text: str, mode: int, owner: Optional[os.stat_result] = None
-) -> None:
+def write_atomically(target: str, text: str, mode: int, owner: Optional[os.stat_result] = None) -> None:
     """Make ``target`` hold exactly ``text`` (UTF-8) with permission bits ``mode``, through
     a temporary file renamed over it; with ``owner`` (the stat of the file replaced), the
     new file also gets its owner and group.

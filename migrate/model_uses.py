@@ -18,8 +18,12 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelUses"]
 
-_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad",
-            "torch.autograd.grad_mode.inference_mode"}
+_NO_GRAD = {
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+}
 
 
 class ModelUses:
@@ -35,8 +39,11 @@ class ModelUses:
         for statement, name in self.rules.plan.synchronize_before:
             if statement in self.rules.plan.step_statements:
                 continue  # moved into a step function (another path's step) after all
-            self._synchronize_before(statement, name, "before a main-thread write of optimizer state "
-                                     "(it would race with the asynchronous step)")
+            self._synchronize_before(
+                statement,
+                name,
+                "before a main-thread write of optimizer state (it would race with the asynchronous step)",
+            )
         seen: Set[Tuple[int, str]] = set()
         queue = list(self.rules.plan.wrapped_models)
         while queue:
@@ -67,13 +74,18 @@ class ModelUses:
         found = other_trainer(self.facts, call) if isinstance(call, cst.Call) else None
         if found is not None and isinstance(call, cst.Call):
             code_, reason = found
-            raise Blocked(call, code_, f"the wrapped model {access.value!r} is handed to "
-                          f"`{code(call.func)}(...)`: {reason}; RoundPipe must be the only one "
-                          "training it; left untouched")
+            raise Blocked(
+                call,
+                code_,
+                f"the wrapped model {access.value!r} is handed to "
+                f"`{code(call.func)}(...)`: {reason}; RoundPipe must be the only one "
+                "training it; left untouched",
+            )
 
     def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
-        return [(scope, t.target.value, self.facts.order(assign)) for t in assign.targets
-                if isinstance(t.target, cst.Name)]
+        return [
+            (scope, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
+        ]
 
     def _check_aliases_before(self, scope: Scope, name: str, after: int) -> None:
         """``model_without_ddp = model`` before the wrap names the unwrapped module: a use of
@@ -83,14 +95,19 @@ class ModelUses:
         for access in self.facts.accesses(name, scope):
             parent = self.facts.parent(access)
             if self.facts.order(access) >= after or not (
-                    isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name))):
+                isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name))
+            ):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
                 late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
                 if late:
-                    raise Blocked(late[0], "RPM114", f"{alias!r} is bound to {name!r} before the "
-                                  f"RoundPipe wrap and used after it; it still names the unwrapped "
-                                  f"module (bind it after the wrap, to {name}.model); left untouched")
+                    raise Blocked(
+                        late[0],
+                        "RPM114",
+                        f"{alias!r} is bound to {name!r} before the "
+                        f"RoundPipe wrap and used after it; it still names the unwrapped "
+                        f"module (bind it after the wrap, to {name}.model); left untouched",
+                    )
 
     def _check_other_backwards(self) -> None:
         """A backward outside the recognised steps trains the wrapped model another way."""
@@ -100,22 +117,28 @@ class ModelUses:
         for call in self.facts.backward_calls:
             if any(a in steps for a in self.facts.ancestors(call)):
                 continue
-            raise Blocked(call, "RPM115", f"`{code(call)}` runs a backward outside the migrated "
-                          "training step (a second training loop?); with the model wrapped it "
-                          "would not train through RoundPipe's step; left untouched")
+            raise Blocked(
+                call,
+                "RPM115",
+                f"`{code(call)}` runs a backward outside the migrated "
+                "training step (a second training loop?); with the model wrapped it "
+                "would not train through RoundPipe's step; left untouched",
+            )
 
     def _plan_attribute(self, attribute: cst.Attribute, access: cst.Name, name: str) -> None:
         method = attribute.attr.value
         if method == "module":
-            raise Blocked(attribute, "RPM114", f"`{name}.module` (a DDP-style inner module) is "
-                          f"not an attribute of a RoundPipe model (its module is {name}.model); "
-                          "left untouched")
+            raise Blocked(
+                attribute,
+                "RPM114",
+                f"`{name}.module` (a DDP-style inner module) is "
+                f"not an attribute of a RoundPipe model (its module is {name}.model); "
+                "left untouched",
+            )
         if method in ("state_dict", "load_state_dict"):
             self.rules.plan.edits.replace_expression(
                 attribute,
-                lambda updated: updated.with_changes(
-                    value=cst.Attribute(value=updated.value, attr=cst.Name("model"))
-                ),
+                lambda updated: updated.with_changes(value=cst.Attribute(value=updated.value, attr=cst.Name("model"))),
             )
         if method in ("eval", "state_dict"):
             self._synchronize_before(access, name)
@@ -125,8 +148,7 @@ class ModelUses:
         newest weights are synchronized into the model before that block."""
         for ancestor in self.facts.ancestors(access):
             if isinstance(ancestor, cst.With) and any(
-                isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, _NO_GRAD)
-                for item in ancestor.items
+                isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, _NO_GRAD) for item in ancestor.items
             ):
                 self._synchronize_before(ancestor, name)
                 return
@@ -151,7 +173,7 @@ class ModelUses:
         body = list(block.body)
         index = body.index(statement)
         earlier = [i for b, i in self._synced if b == id(block) and i <= index]
-        if earlier and not any(self._trains(s) for s in body[max(earlier):index]):
+        if earlier and not any(self._trains(s) for s in body[max(earlier) : index]):
             return  # already synchronized in this block, and no training since
         previous = only_expression(body[index - 1]) if index > 0 else None
         if previous is not None and method_call(previous, name, "synchronize"):

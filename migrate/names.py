@@ -40,8 +40,12 @@ PARALLEL_WRAPPERS = {
     "torch.nn.parallel.distributed.DistributedDataParallel",
     "apex.parallel.DistributedDataParallel",
 }
-CLIP_FUNCTIONS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
-                  "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_"}
+CLIP_FUNCTIONS = {
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+}
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,7 @@ class ModuleFacts:
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._wrapper = wrapper
         self._positions = None  # resolved on first use: only reports need line numbers
-        self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]],
-                          metadata[SourceOrderProvider]))
+        self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]], metadata[SourceOrderProvider]))
 
     def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
         """What several rules look for, read off :class:`SourceOrderProvider`: every node in

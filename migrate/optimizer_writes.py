@@ -20,9 +20,14 @@ from .syntax import method_call
 __all__ = ["optimizer_writes"]
 
 
-def optimizer_writes(facts: ModuleFacts, root: cst.CSTNode, optimizer: str,
-                     is_scheduler: Callable[[str, cst.CSTNode], bool],
-                     skipped: Set[cst.CSTNode], trainers: Set[str]) -> List[cst.BaseStatement]:
+def optimizer_writes(
+    facts: ModuleFacts,
+    root: cst.CSTNode,
+    optimizer: str,
+    is_scheduler: Callable[[str, cst.CSTNode], bool],
+    skipped: Set[cst.CSTNode],
+    trainers: Set[str],
+) -> List[cst.BaseStatement]:
     """Statements under ``root`` (not inside nested functions or classes, nor under the
     ``skipped`` nodes) that touch the state of ``optimizer``, in source order: the outermost
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
@@ -31,8 +36,12 @@ def optimizer_writes(facts: ModuleFacts, root: cst.CSTNode, optimizer: str,
     found: List[cst.BaseStatement] = []
 
     def reads_param_groups(node: cst.CSTNode) -> bool:
-        return any(attribute.attr.value == "param_groups" and isinstance(attribute.value, cst.Name)
-                   and attribute.value.value == optimizer for attribute in facts.subtree(node, cst.Attribute))
+        return any(
+            attribute.attr.value == "param_groups"
+            and isinstance(attribute.value, cst.Name)
+            and attribute.value.value == optimizer
+            for attribute in facts.subtree(node, cst.Attribute)
+        )
 
     def touches(line: cst.SimpleStatementLine) -> bool:
         if reads_param_groups(line):
@@ -40,11 +49,16 @@ def optimizer_writes(facts: ModuleFacts, root: cst.CSTNode, optimizer: str,
         for call in facts.subtree(line, cst.Call):
             if any(method_call(call, optimizer, name) for name in ("add_param_group", "load_state_dict", "zero_grad")):
                 return True
-            if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and \
-                    call.func.attr.value == "step" and is_scheduler(call.func.value.value, line):
+            if (
+                isinstance(call.func, cst.Attribute)
+                and isinstance(call.func.value, cst.Name)
+                and call.func.attr.value == "step"
+                and is_scheduler(call.func.value.value, line)
+            ):
                 return True
-            if any(isinstance(arg.value, cst.Name) and arg.value.value == optimizer for arg in call.args) and \
-                    not (isinstance(call.func, cst.Name) and call.func.value in trainers):
+            if any(isinstance(arg.value, cst.Name) and arg.value.value == optimizer for arg in call.args) and not (
+                isinstance(call.func, cst.Name) and call.func.value in trainers
+            ):
                 return True
         return False
 

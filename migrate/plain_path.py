@@ -40,8 +40,9 @@ class PlainStepBuilder(StepBuilder):
     autograd_form = True
     step_rewrite = "plain (non-AMP) optimizer step -> model.step(step_fn)"
 
-    def __init__(self, rules: "TorchAmpRules", backward: cst.SimpleStatementLine, loss: cst.BaseExpression,
-                 amp_step: StepBuilder) -> None:
+    def __init__(
+        self, rules: "TorchAmpRules", backward: cst.SimpleStatementLine, loss: cst.BaseExpression, amp_step: StepBuilder
+    ) -> None:
         super().__init__(rules, amp_step.scaler, backward, loss)
         self.optimizer, self.model = amp_step.trained
         self.anchor = self.optimizer
@@ -58,12 +59,17 @@ class PlainStepBuilder(StepBuilder):
         found = self._find_step_group()
         kinds = [self._classify(s) for s in found.statements]
         if kinds.count("step") != 1 or found.block is not self.block:
-            raise Blocked(found.statements[0], "RPM106", "the plain (non-AMP) path does not call "
-                          f"{self.optimizer}.step() once, unconditionally, after its backward")
+            raise Blocked(
+                found.statements[0],
+                "RPM106",
+                "the plain (non-AMP) path does not call "
+                f"{self.optimizer}.step() once, unconditionally, after its backward",
+            )
         zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], self.optimizer, self.model)]
         self._plan_step_group(found, self.optimizer, self.model, zero_grads)
-        self.rules.plan.rewrites.append((self.backward, "autograd form for the plain (non-AMP) path: "
-                                         "its forward, loss code and backward are kept"))
+        self.rules.plan.rewrites.append(
+            (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
+        )
         if not self.rules.exact:
             self._order_optimizer_writes({*found.statements, self.backward}, self.optimizer, self.model)
 
@@ -79,8 +85,9 @@ def plan_plain_path(amp_step: StepBuilder) -> None:
     if not backwards:
         return
     if len(backwards) != 1:
-        raise Blocked(backwards[0], "RPM106", "the other branch of a migrated AMP step runs "
-                      "several backwards; not migrated")
+        raise Blocked(
+            backwards[0], "RPM106", "the other branch of a migrated AMP step runs several backwards; not migrated"
+        )
     call = only_expression(backwards[0])
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
     PlainStepBuilder(amp_step.rules, backwards[0], call.func.value, amp_step).plan()  # type: ignore[arg-type]

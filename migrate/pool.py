@@ -54,12 +54,11 @@ def run_in_workers(
     try:
         with _sigint_held():  # a Ctrl-C while forking would be lost in fork hooks
             pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(processes, len(chunks)), initializer=_start_worker,
+                max_workers=min(processes, len(chunks)),
+                initializer=_start_worker,
                 initargs=(os.getpid(),),
             )
-            futures = [
-                pool.submit(_run_chunk, worker, [tasks[i] for i in chunk]) for chunk in chunks
-            ]
+            futures = [pool.submit(_run_chunk, worker, [tasks[i] for i in chunk]) for chunk in chunks]
         place = {index: (n, k) for n, chunk in enumerate(chunks) for k, index in enumerate(chunk)}
         for index in range(len(tasks)):
             n, k = place[index]

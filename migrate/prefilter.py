@@ -83,9 +83,7 @@ def _module_parts(full_path: str) -> List[str]:
     return parts if stem == "__init__" else [*parts, stem]
 
 
-def _resolve(
-    path: str, text: str, by_suffix: Dict[str, Set[int]], by_path: Dict[str, int]
-) -> Iterator[int]:
+def _resolve(path: str, text: str, by_suffix: Dict[str, Set[int]], by_path: Dict[str, int]) -> Iterator[int]:
     """The given files that ``text`` (the file at ``path``) imports."""
     for level, name in imported_modules(text):
         if level == 0:

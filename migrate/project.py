@@ -69,8 +69,9 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
         if project_file.tree is None:
             results[path] = _syntax_error(project_file)
         else:
-            results[path] = migrate_source(project_file.source, path, exact=exact,
-                                           force=path in imported_by_amp and path not in amp)
+            results[path] = migrate_source(
+                project_file.source, path, exact=exact, force=path in imported_by_amp and path not in amp
+            )
     reconcile(files, results)
     return results
 
@@ -113,8 +114,15 @@ def _syntax_error(project_file: ProjectFile) -> FileResult:
     try:
         ast.parse(project_file.source, filename=project_file.path)
     except SyntaxError as err:
-        result.diagnostics.append(Diagnostic(project_file.path, err.lineno or 1, (err.offset or 0) or 1,
-                                             "RPM901", f"syntax error, file skipped: {err.msg}"))
+        result.diagnostics.append(
+            Diagnostic(
+                project_file.path,
+                err.lineno or 1,
+                (err.offset or 0) or 1,
+                "RPM901",
+                f"syntax error, file skipped: {err.msg}",
+            )
+        )
     except ValueError as err:  # e.g. a NUL byte
         result.diagnostics.append(Diagnostic(project_file.path, 1, 1, "RPM901", f"syntax error, file skipped: {err}"))
     return result
@@ -152,15 +160,15 @@ class _Resolver:
                 if base is None:
                     continue
                 module = self.find(base) if base else None
-                names = tuple((a.asname or a.name, a.name) for a in node.names
-                              if self.find(_join(base, a.name)) is None)
+                names = tuple(
+                    (a.asname or a.name, a.name) for a in node.names if self.find(_join(base, a.name)) is None
+                )
                 if module is not None and module != project_file.path and names:
                     edges.append(ImportEdge(project_file.path, module, node.lineno, names, None))
                 for alias in node.names:  # from pkg import submodule
                     sub = self.find(_join(base, alias.name))
                     if sub is not None and sub != project_file.path:
-                        edges.append(ImportEdge(project_file.path, sub, node.lineno, (),
-                                                alias.asname or alias.name))
+                        edges.append(ImportEdge(project_file.path, sub, node.lineno, (), alias.asname or alias.name))
         return edges
 
     @staticmethod
@@ -233,14 +241,21 @@ def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict
             if not isinstance(node, ast.Call):
                 continue
             callee = _callee(node, imported)
-            passed = [a.id for a in [*node.args, *(k.value for k in node.keywords)]
-                      if isinstance(a, ast.Name) and a.id in wrapped]
+            passed = [
+                a.id
+                for a in [*node.args, *(k.value for k in node.keywords)]
+                if isinstance(a, ast.Name) and a.id in wrapped
+            ]
             if callee is not None and passed:
                 name, target, _ = callee
-                _refuse(result, node.lineno, f"the model {passed[0]!r} would be wrapped with RoundPipe, "
-                        f"but it is passed to {name}() of {target}, which the migration does not "
-                        "follow across files (checkpoint keys, evaluation, other trainers); "
-                        "file left unchanged")
+                _refuse(
+                    result,
+                    node.lineno,
+                    f"the model {passed[0]!r} would be wrapped with RoundPipe, "
+                    f"but it is passed to {name}() of {target}, which the migration does not "
+                    "follow across files (checkpoint keys, evaluation, other trainers); "
+                    "file left unchanged",
+                )
                 break
 
 
@@ -249,7 +264,11 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
     loss-scaler wrapper such as timm's ``NativeScaler``)."""
     found: Dict[Tuple[str, str], int] = {}
     for path, project_file in files.items():
-        if project_file.tree is None or not SCALER_USE.search(project_file.source) and "GradScaler" not in project_file.source:
+        if (
+            project_file.tree is None
+            or not SCALER_USE.search(project_file.source)
+            and "GradScaler" not in project_file.source
+        ):
             continue
         for node in ast.walk(project_file.tree):
             if isinstance(node, ast.ClassDef):
@@ -272,9 +291,18 @@ def _name_wrapper_users(files: Mapping[str, ProjectFile], results: Dict[str, Fil
             used = [defined for _, defined in sorted(edge.names) if (edge.target, defined) in wrappers]
             if used:
                 line = wrappers[(edge.target, used[0])]
-                result.diagnostics.append(Diagnostic(path, edge.line, 1, "RPM111", (
-                    f"uses the loss-scaler wrapper {used[0]} ({edge.target}:{line}), which the "
-                    "migration does not rewrite; migrate its training step by hand")))
+                result.diagnostics.append(
+                    Diagnostic(
+                        path,
+                        edge.line,
+                        1,
+                        "RPM111",
+                        (
+                            f"uses the loss-scaler wrapper {used[0]} ({edge.target}:{line}), which the "
+                            "migration does not rewrite; migrate its training step by hand"
+                        ),
+                    )
+                )
                 break
 
 
@@ -308,9 +336,14 @@ def _keep_components_consistent(files: Mapping[str, ProjectFile], results: Dict[
             elsewhere = [(p, d) for p, d in blockers if p != path]
             if results[path].changed and elsewhere:
                 blocking_path, blocker = elsewhere[0]
-                _refuse(results[path], _line_towards(path, component, lines), (
-                    f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not "
-                    "migrated and this file takes part in the same training program"))
+                _refuse(
+                    results[path],
+                    _line_towards(path, component, lines),
+                    (
+                        f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not "
+                        "migrated and this file takes part in the same training program"
+                    ),
+                )
 
 
 def _line_towards(path: str, component: List[str], lines: Dict[Tuple[str, str], int]) -> int:

@@ -16,12 +16,21 @@ import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
 from .edits import carry_comments, drop_keeping_comments
+from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_writes import optimizer_writes
 from .parallel import parallel_call
-from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .plan import Binding, Blocked
-from .syntax import (assigned_names, code, is_assignment_line, is_plain_line, method_call, names_in,
-                     names_outside, only_expression, written_and_read)
+from .syntax import (
+    assigned_names,
+    code,
+    is_assignment_line,
+    is_plain_line,
+    method_call,
+    names_in,
+    names_outside,
+    only_expression,
+    written_and_read,
+)
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -39,8 +48,9 @@ _GUARDABLE: Set[Optional[str]] = {"unscale", "clip"}  # step statements an `if` 
 class StepBuilder:
     """Recognises one training step around ``scaler.scale(loss).backward()`` and plans it."""
 
-    def __init__(self, rules: "TorchAmpRules", scaler: str, backward: cst.SimpleStatementLine,
-                 loss: cst.BaseExpression) -> None:
+    def __init__(
+        self, rules: "TorchAmpRules", scaler: str, backward: cst.SimpleStatementLine, loss: cst.BaseExpression
+    ) -> None:
         self.rules = rules
         self.facts = rules.facts
         self.scaler = scaler
@@ -75,7 +85,7 @@ class StepBuilder:
         self._plan_step_group(found, optimizer, model, zero_grads)
         self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
-            forward_statements = region.with_statement or region.statements[region.start:region.end]
+            forward_statements = region.with_statement or region.statements[region.start : region.end]
             skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
             skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
             self._order_optimizer_writes(skipped, optimizer, model)
@@ -93,8 +103,13 @@ class StepBuilder:
         if zero_grads:
             self._require_every_iteration(self.body[zero_grads[0]], found)
         self._plan_step_group(found, optimizer, model, zero_grads)
-        self.rules.plan.rewrites.append((self.backward, "autograd form: forward, loss code and backward "
-                                         f"kept on the main thread (not fused: {unfused.message})"))
+        self.rules.plan.rewrites.append(
+            (
+                self.backward,
+                "autograd form: forward, loss code and backward "
+                f"kept on the main thread (not fused: {unfused.message})",
+            )
+        )
         if not self.rules.exact:
             self._order_optimizer_writes({*found.statements, self.backward}, optimizer, model)
 
@@ -107,12 +122,14 @@ class StepBuilder:
         trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
         trainers = {trainer} if trainer else set()
         places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
-            (function or self.facts.module, optimizer, model, [self.backward])]
+            (function or self.facts.module, optimizer, model, [self.backward])
+        ]
         built: Optional[Binding] = getattr(self, "built", None)
         if built is not None and built.scope is not self.facts.scope(self.backward) and trainer:
             scope = built.scope
-            root: cst.CSTNode = (self.facts.function_of(scope) if isinstance(scope, Scope) else None) \
-                or self.facts.module
+            root: cst.CSTNode = (
+                self.facts.function_of(scope) if isinstance(scope, Scope) else None
+            ) or self.facts.module
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, self.model_outer, calls))
         for root, name, model_name, anchors in places:
@@ -129,8 +146,12 @@ class StepBuilder:
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
-        if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.body, cst.IndentedBlock) \
-                and all(self._classify(inner) in _GUARDABLE for inner in statement.body.body):
+        if (
+            isinstance(statement, cst.If)
+            and statement.orelse is None
+            and isinstance(statement.body, cst.IndentedBlock)
+            and all(self._classify(inner) in _GUARDABLE for inner in statement.body.body)
+        ):
             return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
         value = only_expression(statement)
         if not isinstance(value, cst.Call):
@@ -187,12 +208,17 @@ class StepBuilder:
                 break
             block, body = outer, list(outer.body)
             after = body.index(loop)
-        raise Blocked(self.backward, "RPM106", "no optimizer step (`scaler.step(optimizer)` + "
-                      "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-                      "the same block")
+        raise Blocked(
+            self.backward,
+            "RPM106",
+            "no optimizer step (`scaler.step(optimizer)` + "
+            "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
+            "the same block",
+        )
 
-    def _step_group_after(self, block: Union[cst.IndentedBlock, cst.Module], body: List[cst.BaseStatement],
-                          after: int) -> Tuple[Optional["StepGroup"], bool]:
+    def _step_group_after(
+        self, block: Union[cst.IndentedBlock, cst.Module], body: List[cst.BaseStatement], after: int
+    ) -> Tuple[Optional["StepGroup"], bool]:
         """The step group among ``body[after + 1:]``; ``True`` with None when a statement
         there uses the scaler without being one."""
         for position in range(after + 1, len(body)):
@@ -212,8 +238,9 @@ class StepBuilder:
                 return None, True
         return None, False
 
-    def _step_run(self, block: cst.CSTNode, statements: List[cst.BaseStatement], start: int,
-                  condition: Optional[cst.If]) -> Optional["StepGroup"]:
+    def _step_run(
+        self, block: cst.CSTNode, statements: List[cst.BaseStatement], start: int, condition: Optional[cst.If]
+    ) -> Optional["StepGroup"]:
         if self._classify(statements[start]) is None:
             return None
         end = start
@@ -228,14 +255,20 @@ class StepBuilder:
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self._classify(s) for s in group]
         if kinds.count("step") != 1 or kinds.count("update") != 1:
-            raise Blocked(group[0], "RPM107", "the step must call scaler.step() and "
-                          "scaler.update() once each (several optimizers are not migrated)")
+            raise Blocked(
+                group[0],
+                "RPM107",
+                "the step must call scaler.step() and scaler.update() once each (several optimizers are not migrated)",
+            )
         if kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])
         if len(step_call.args) != 1 or not isinstance(step_call.args[0].value, cst.Name):
-            raise Blocked(step_call, "RPM102" if len(step_call.args) > 1 else "RPM106",
-                          "scaler.step() with extra arguments (e.g. a closure) is not migrated")
+            raise Blocked(
+                step_call,
+                "RPM102" if len(step_call.args) > 1 else "RPM106",
+                "scaler.step() with extra arguments (e.g. a closure) is not migrated",
+            )
         optimizer = step_call.args[0].value.value
         for statement, kind in self._with_kinds(group):
             call = only_expression(statement)
@@ -247,8 +280,11 @@ class StepBuilder:
         """The model's name in the step's scope; plans the wrap and the optimizer rewrite."""
         built = self.rules._constructed(optimizer, self.backward)
         if not isinstance(built.value, cst.Call):
-            raise Blocked(built.statement or self.backward, "RPM108",
-                          f"optimizer {optimizer!r} is not built by a call in this file")
+            raise Blocked(
+                built.statement or self.backward,
+                "RPM108",
+                f"optimizer {optimizer!r} is not built by a call in this file",
+            )
         parameter_calls = []
 
         class FindParameters(cst.CSTVisitor):
@@ -259,9 +295,13 @@ class StepBuilder:
         built.value.visit(FindParameters())
         owners = {call.func.value.value for call in parameter_calls}
         if len(owners) != 1:
-            raise Blocked(built.value, "RPM108", "the optimizer is not built on "
-                          "`model.parameters()` of one model (parameter groups of submodules "
-                          "cannot be mapped to RoundPipe's optimizer copies)")
+            raise Blocked(
+                built.value,
+                "RPM108",
+                "the optimizer is not built on "
+                "`model.parameters()` of one model (parameter groups of submodules "
+                "cannot be mapped to RoundPipe's optimizer copies)",
+            )
         model_outer = owners.pop()
         self._reject_parallel(model_outer, built)
         self._plan_wrap(built, model_outer, parameter_calls)
@@ -272,8 +312,12 @@ class StepBuilder:
         for node in self.facts.assignments(model, built.scope):
             call = parallel_call(self.facts, self.facts.statement_of(node))
             if call is not None:
-                raise Blocked(call, "RPM101", "DistributedDataParallel/DataParallel model (here or "
-                              "in the helper this calls): RoundPipe manages devices itself; left untouched")
+                raise Blocked(
+                    call,
+                    "RPM101",
+                    "DistributedDataParallel/DataParallel model (here or "
+                    "in the helper this calls): RoundPipe manages devices itself; left untouched",
+                )
 
     def _local_name_for(self, model_outer: str, built: Binding) -> str:
         """The name under which the step's scope sees the model."""
@@ -311,16 +355,15 @@ class StepBuilder:
             f"roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch}))\n"
         )
         plan.edits.insert_before(block, index, [wrap])
-        plan.rewrites.append((built.statement, f"wrapped {model} with roundpipe.RoundPipe; "
-                              "optimizer built on model.optim_parameters()"))
+        plan.rewrites.append(
+            (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
+        )
         plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
 
     # ---------------------------------------------------------- forward region
     def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         call = only_expression(statement)
-        return call is not None and (
-            method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad")
-        )
+        return call is not None and (method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad"))
 
     def _forward_region(self, model: str, optimizer: str) -> "ForwardRegion":
         end = self.index
@@ -346,8 +389,9 @@ class StepBuilder:
         """Forward inside ``with autocast(...)``, loss computed after the block (outside
         autocast): the outside statements run in the loss function with autocast disabled."""
         position = end - 1
-        while position >= 0 and is_plain_line(self.body[position]) \
-                and not self._model_calls(self.body[position], model):
+        while (
+            position >= 0 and is_plain_line(self.body[position]) and not self._model_calls(self.body[position], model)
+        ):
             position -= 1
         if position < 0 or position == end - 1 or not isinstance(self.body[position], cst.With):
             return None
@@ -357,7 +401,7 @@ class StepBuilder:
         inner = list(with_statement.body.body)
         start = self._model_statement(inner, model, with_statement)
         region = ForwardRegion(with_statement.body, inner, start, len(inner), with_statement, position)
-        region.outside = self.body[position + 1:end]
+        region.outside = self.body[position + 1 : end]
         region.outside_range = (position + 1, end)
         return region
 
@@ -367,8 +411,12 @@ class StepBuilder:
             if self._model_calls(statements[position], model):
                 return position
             position -= 1
-        raise Blocked(at, "RPM106", f"the forward pass (a call of {model!r} followed only by "
-                      "simple statements computing the loss) was not found before the backward")
+        raise Blocked(
+            at,
+            "RPM106",
+            f"the forward pass (a call of {model!r} followed only by "
+            "simple statements computing the loss) was not found before the backward",
+        )
 
     @staticmethod
     def _model_calls(statement: cst.CSTNode, model: str) -> List[cst.Call]:
@@ -382,8 +430,7 @@ class StepBuilder:
         statement.visit(Find())
         return calls
 
-    def _zero_grads_to_move(self, region: "ForwardRegion", optimizer: str, model: str,
-                            found: "StepGroup") -> List[int]:
+    def _zero_grads_to_move(self, region: "ForwardRegion", optimizer: str, model: str, found: "StepGroup") -> List[int]:
         """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
         top of the iteration, or between loss and backward): they move to the step's end."""
         found_at = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
@@ -397,17 +444,22 @@ class StepBuilder:
         runs in every iteration that zeroes (not under a condition, nor after a loop of
         micro-steps): otherwise the zeroing would no longer discard the gradients between."""
         if found.block is not self.block:
-            raise Blocked(zero_grad, "RPM106", "zero_grad() every iteration but an optimizer step "
-                          "under a condition or after a loop; not certain, left untouched")
+            raise Blocked(
+                zero_grad,
+                "RPM106",
+                "zero_grad() every iteration but an optimizer step "
+                "under a condition or after a loop; not certain, left untouched",
+            )
 
     # ------------------------------------------------------------- emit: forward
     def _plan_forward(self, region: "ForwardRegion", model: str) -> "ForwardPlan":
         """The forward + loss as the loss function will hold them (nothing emitted yet)."""
-        statements = region.statements[region.start:region.end] + region.outside
+        statements = region.statements[region.start : region.end] + region.outside
         model_calls = [c for s in statements for c in self._model_calls(s, model)]
         if len(model_calls) != 1:
-            raise Blocked(statements[0], "RPM107", f"{model!r} is called {len(model_calls)} times "
-                          "in the forward; not migrated")
+            raise Blocked(
+                statements[0], "RPM107", f"{model!r} is called {len(model_calls)} times in the forward; not migrated"
+            )
         model_call = model_calls[0]
         first = statements[0]
         output_name, drop_first = self._output_binding(first, model_call)
@@ -419,19 +471,30 @@ class StepBuilder:
         self._check_kept(statements, moved, assigned, {loss_name, output_name})
         leaking = (assigned - {loss_name, output_name}) & outside_names
         if leaking:
-            raise Blocked(first, "RPM113", f"values computed in the forward "
-                          f"({', '.join(sorted(leaking))}) are read outside the loss computation; "
-                          "moving them into the loss function would change them there; not migrated")
+            raise Blocked(
+                first,
+                "RPM113",
+                f"values computed in the forward "
+                f"({', '.join(sorted(leaking))}) are read outside the loss computation; "
+                "moving them into the loss function would change them there; not migrated",
+            )
         kept = [s for s, inside in zip(statements, moved) if not inside]
         labels = self._labels(region, moved_statements, model_call, assigned, kept)
         self._check_locals(moved_statements, {output_name or "", *labels})
         input_args, input_kwargs = self._inputs(model_call)
         return ForwardPlan(
-            model=model, model_call=model_call, output_name=output_name, drop_first=drop_first,
-            labels=tuple(labels), input_args=tuple(input_args), input_kwargs=input_kwargs,
+            model=model,
+            model_call=model_call,
+            output_name=output_name,
+            drop_first=drop_first,
+            labels=tuple(labels),
+            input_args=tuple(input_args),
+            input_kwargs=input_kwargs,
             loss_name=loss_name,
             return_outputs=output_name is not None and output_name in outside_names,
-            sum_reduced=self._sum_reduced(moved_statements), moved=tuple(moved))
+            sum_reduced=self._sum_reduced(moved_statements),
+            moved=tuple(moved),
+        )
 
     def _loss_slice(self, statements: List[cst.BaseStatement], output_name: Optional[str]) -> List[bool]:
         """Which forward-region statements the loss depends on (they move into the loss
@@ -446,12 +509,12 @@ class StepBuilder:
                 needed = (needed - written) | read
         moved[0] = True
         if output_name is not None and output_name not in needed:
-            raise Blocked(statements[0], "RPM106", "the loss does not depend on the model's "
-                          "output; not migrated")
+            raise Blocked(statements[0], "RPM106", "the loss does not depend on the model's output; not migrated")
         return moved
 
-    def _check_kept(self, statements: List[cst.BaseStatement], moved: List[bool],
-                    assigned: Set[str], available: Set[Optional[str]]) -> None:
+    def _check_kept(
+        self, statements: List[cst.BaseStatement], moved: List[bool], assigned: Set[str], available: Set[Optional[str]]
+    ) -> None:
         """A statement that stays on the main thread runs after ``forward_backward``: it may
         read the loss and the outputs (returned by it), but nothing else the loss function
         computes, and it must not touch what a later moved statement reads."""
@@ -459,17 +522,21 @@ class StepBuilder:
             if moved[position]:
                 continue
             written, read = written_and_read(statement)
-            later_moved = [s for s, inside in zip(statements[position + 1:], moved[position + 1:]) if inside]
+            later_moved = [s for s, inside in zip(statements[position + 1 :], moved[position + 1 :]) if inside]
             later_names = {n for s in later_moved for n in names_in(s)}
             rebound_later = {n for s in later_moved for n in written_and_read(s)[0]}
             touched = (written & assigned) | (read & (assigned - available))
             touched |= (written | read) & later_names
             touched |= read & available & rebound_later
             if touched:
-                raise Blocked(statement, "RPM113", f"this statement between the forward and the "
-                              f"backward uses {', '.join(sorted(touched))}, which the loss "
-                              "computation also uses; it cannot stay before or move into the "
-                              "loss function without changing what it sees; not migrated")
+                raise Blocked(
+                    statement,
+                    "RPM113",
+                    f"this statement between the forward and the "
+                    f"backward uses {', '.join(sorted(touched))}, which the loss "
+                    "computation also uses; it cannot stay before or move into the "
+                    "loss function without changing what it sees; not migrated",
+                )
 
     def _check_locals(self, moved: List[cst.BaseStatement], parameters: Set[str]) -> None:
         """Inside the loss function every name the moved statements bind is local: reading
@@ -480,9 +547,13 @@ class StepBuilder:
             written, read = written_and_read(statement)
             early = (read & assigned) - bound
             if early:
-                raise Blocked(statement, "RPM113", f"{', '.join(sorted(early))} is read here "
-                              "before the loss computation binds it; inside a loss function that "
-                              "would be an UnboundLocalError; not migrated")
+                raise Blocked(
+                    statement,
+                    "RPM113",
+                    f"{', '.join(sorted(early))} is read here "
+                    "before the loss computation binds it; inside a loss function that "
+                    "would be an UnboundLocalError; not migrated",
+                )
             bound |= written
 
     def _names_outside(self, moved: List[cst.BaseStatement]) -> Set[str]:
@@ -493,9 +564,13 @@ class StepBuilder:
     def _sum_reduced(self, statements: List[cst.BaseStatement]) -> bool:
         """The loss sums over the batch (``reduction="sum"`` in it or in its criterion):
         then per-microbatch losses already add up and are not divided."""
+
         def says_sum(node: cst.CSTNode) -> bool:
-            return bool(m.findall(node, m.Arg(keyword=m.Name("reduction"),
-                                              value=m.SimpleString('"sum"') | m.SimpleString("'sum'"))))
+            return bool(
+                m.findall(
+                    node, m.Arg(keyword=m.Name("reduction"), value=m.SimpleString('"sum"') | m.SimpleString("'sum'"))
+                )
+            )
 
         for statement in statements:
             if says_sum(statement):
@@ -525,7 +600,7 @@ class StepBuilder:
             return set()
         inputs = set(names_in(model_call))
         names: Set[str] = set()
-        for statement in [*kept, *self.body[self.index + 1:]]:
+        for statement in [*kept, *self.body[self.index + 1 :]]:
             written = written_and_read(statement)[0] if is_assignment_line(statement) else set()
             if written & inputs:
                 names |= written
@@ -551,8 +626,14 @@ class StepBuilder:
             names |= {p.name.value for p in loop.params.params}
         return names
 
-    def _labels(self, region: "ForwardRegion", statements: List[cst.BaseStatement], model_call: cst.Call,
-                assigned: Set[str], kept: List[cst.BaseStatement]) -> List[str]:
+    def _labels(
+        self,
+        region: "ForwardRegion",
+        statements: List[cst.BaseStatement],
+        model_call: cst.Call,
+        assigned: Set[str],
+        kept: List[cst.BaseStatement],
+    ) -> List[str]:
         batch = self._batch_names(region) | self._next_batch_names(model_call, kept)
         free: List[str] = []
         for statement in statements:
@@ -567,8 +648,9 @@ class StepBuilder:
         return total > names_in(model_call).count(name)
 
     @staticmethod
-    def _inputs(model_call: cst.Call) -> Tuple[List[cst.BaseExpression], Union[
-            Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]]:
+    def _inputs(
+        model_call: cst.Call,
+    ) -> Tuple[List[cst.BaseExpression], Union[Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]]:
         args: List[cst.BaseExpression] = []
         kwargs: List[Tuple[str, cst.BaseExpression]] = []
         star_kwargs: Optional[cst.BaseExpression] = None
@@ -600,20 +682,26 @@ class StepBuilder:
         # The loss is logged as the loss function saw it, unscaled: dividing the returned
         # (scaled) sum by the scale would give inf once loss * scale overflows.
         scope = self.facts.scope(forward.model_call)
-        if forward.loss_name and scope is not None and any(
-                not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
-            raise Blocked(forward.model_call, "RPM106", "the file binds its own `sum`, which the "
-                          "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
-                          "not migrated")
+        if forward.loss_name and scope is not None and any(not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
+            raise Blocked(
+                forward.model_call,
+                "RPM106",
+                "the file binds its own `sum`, which the "
+                "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
+                "not migrated",
+            )
         losses = self._fresh("_losses") if forward.loss_name else None
         capture = [f"{losses}.append({forward.loss_name}.detach().cpu(){divisor})\n"] if losses else []
         call_line = f"{forward.output_name} = {call_text}\n" if forward.return_outputs else f"{call_text}\n"
-        after = ([f"{losses} = []\n"] if losses else []) + [call_line] + ([f"{forward.loss_name} = sum({losses})\n"] if losses else [])
+        after = (
+            ([f"{losses} = []\n"] if losses else [])
+            + [call_line]
+            + ([f"{forward.loss_name} = sum({losses})\n"] if losses else [])
+        )
         inside_count = region.end - region.start
         inside_moved = forward.moved[:inside_count]
         outside_moved = forward.moved[inside_count:]
-        outside = self._outside_autocast(
-            region, [s for s, keep in zip(region.outside, outside_moved) if keep])
+        outside = self._outside_autocast(region, [s for s, keep in zip(region.outside, outside_moved) if keep])
         returned = cst.parse_statement(f"return {self.scaler}.scale({code(self.loss)}){divisor}\n")
         drop = 1 if forward.drop_first else 0
 
@@ -628,8 +716,11 @@ class StepBuilder:
 
         plan.edits.replace_range(region.block, region.start, region.end, build)
         if region.outside:  # the moved statements carry their own comments
-            plan.edits.replace_range(self.block, *region.outside_range, lambda updated: [
-                s for s, keep in zip(updated, outside_moved) if not keep])
+            plan.edits.replace_range(
+                self.block,
+                *region.outside_range,
+                lambda updated: [s for s, keep in zip(updated, outside_moved) if not keep],
+            )
         plan.rewrites.append((forward.model_call, "forward + loss -> model.forward_backward(loss_fn=...)"))
 
     @staticmethod
@@ -648,15 +739,17 @@ class StepBuilder:
             text += f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)})"
         return text
 
-    def _outside_autocast(self, region: "ForwardRegion",
-                          statements: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
+    def _outside_autocast(
+        self, region: "ForwardRegion", statements: List[cst.BaseStatement]
+    ) -> List[cst.BaseStatement]:
         """``with <the same autocast>(<its device>, enabled=False): <statements>`` for loss
         statements that ran after the autocast block, so they keep running outside it."""
         if not statements or region.with_statement is None:
             return []
         call = region.with_statement.items[0].item
-        legacy = self.facts.calls_any(call, {"torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
-                                             "torch.cuda.amp.autocast_mode.autocast"})
+        legacy = self.facts.calls_any(
+            call, {"torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
+        )
         kept = [] if legacy else [a for a in call.args if a.keyword is None][:1]
         kept += [a for a in call.args if a.keyword is not None and a.keyword.value == "device_type"]
         arguments = ", ".join(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept)
@@ -718,8 +811,9 @@ class StepBuilder:
         text = f"{self.scaler}.update(is_async=False)\n" if self.rules.exact else f"{self.scaler}.update()\n"
         update = cst.parse_statement(text)
         if original is not None:
-            update = update.with_changes(leading_lines=original.leading_lines,
-                                         trailing_whitespace=original.trailing_whitespace)
+            update = update.with_changes(
+                leading_lines=original.leading_lines, trailing_whitespace=original.trailing_whitespace
+            )
         return update
 
     def _step_body(self, updated, kinds, optimizer: str):

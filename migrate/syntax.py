@@ -9,8 +9,18 @@ import libcst as cst
 if TYPE_CHECKING:
     from .names import ModuleFacts
 
-__all__ = ["code", "method_call", "calls_method", "only_expression", "names_in", "assigned_names", "is_assignment_line",
-           "is_plain_line", "written_and_read", "names_outside"]
+__all__ = [
+    "code",
+    "method_call",
+    "calls_method",
+    "only_expression",
+    "names_in",
+    "assigned_names",
+    "is_assignment_line",
+    "is_plain_line",
+    "written_and_read",
+    "names_outside",
+]
 
 _EMPTY = cst.Module([])
 
@@ -22,8 +32,13 @@ def code(node: cst.CSTNode) -> str:
 
 def method_call(node: cst.CSTNode, owner: str, method: str) -> bool:
     """``owner.method(...)`` with ``owner`` a plain name."""
-    return calls_method(node, method) and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-        and isinstance(node.func.value, cst.Name) and node.func.value.value == owner
+    return (
+        calls_method(node, method)
+        and isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == owner
+    )
 
 
 def calls_method(node: cst.CSTNode, method: str) -> bool:

@@ -31,8 +31,8 @@ from libcst.metadata import BaseAssignment
 
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
-from .plan import Binding, Blocked, Plan
 from .plain_path import plan_plain_path
+from .plan import Binding, Blocked, Plan
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 
@@ -65,9 +65,15 @@ class TorchAmpRules:
         self._drop_unused_scaler_imports()
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.plan.step_statements:
-                self.plan.blocked.append(Blocked(access, "RPM104", "scaler.unscale_/step/update "
-                                         "outside a training step the migration recognised; "
-                                         "migrate this loop by hand"))
+                self.plan.blocked.append(
+                    Blocked(
+                        access,
+                        "RPM104",
+                        "scaler.unscale_/step/update "
+                        "outside a training step the migration recognised; "
+                        "migrate this loop by hand",
+                    )
+                )
         return self.plan
 
     def _collect(self, check: Callable[..., T], *args: object) -> Optional[T]:
@@ -83,15 +89,23 @@ class TorchAmpRules:
         (e.g. a function nobody in this file calls): not certain, so the file is left alone;
         each one is recorded.
         Objects built by a known non-torch call are someone else's and are ignored."""
-        pattern = m.Call(func=m.Attribute(
-            value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")))
+        pattern = m.Call(
+            func=m.Attribute(
+                value=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scale"))), attr=m.Name("backward")
+            )
+        )
         already = {self.facts.statement_of(b.node) for b in self.plan.blocked}  # reported there
         for call in self.facts.backward_calls:
             if self._scaled_on_an_object(call):
-                self.plan.blocked.append(Blocked(
-                    call, "RPM104", f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
-                    "the loss with a scaler held in an attribute or container, which the "
-                    "migration does not follow; migrate it by hand"))
+                self.plan.blocked.append(
+                    Blocked(
+                        call,
+                        "RPM104",
+                        f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
+                        "the loss with a scaler held in an attribute or container, which the "
+                        "migration does not follow; migrate it by hand",
+                    )
+                )
                 continue
             if not m.matches(call, pattern):
                 continue
@@ -104,30 +118,48 @@ class TorchAmpRules:
             built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
             if assignments and built_elsewhere:
                 continue
-            self.plan.blocked.append(Blocked(
-                call, "RPM104", f"`{owner.value}.scale(...).backward()` uses a scaler the "
-                "migration cannot follow back to a torch GradScaler in this file "
-                "(e.g. a function nobody here calls); migrate it by hand"))
+            self.plan.blocked.append(
+                Blocked(
+                    call,
+                    "RPM104",
+                    f"`{owner.value}.scale(...).backward()` uses a scaler the "
+                    "migration cannot follow back to a torch GradScaler in this file "
+                    "(e.g. a function nobody here calls); migrate it by hand",
+                )
+            )
 
     @staticmethod
     def _scaled_on_an_object(call: cst.Call) -> bool:
         """``self.scaler.scale(loss).backward()``, ``scalers[i].scale(...).backward()``..."""
-        return m.matches(call, m.Call(func=m.Attribute(attr=m.Name("backward"), value=m.Call(
-            func=m.Attribute(attr=m.Name("scale"), value=~m.Name())))))
+        return m.matches(
+            call,
+            m.Call(
+                func=m.Attribute(
+                    attr=m.Name("backward"), value=m.Call(func=m.Attribute(attr=m.Name("scale"), value=~m.Name()))
+                )
+            ),
+        )
 
     def _reject_unscale_elsewhere(self) -> None:
         """``<anything>.unscale_(...)`` outside the recognised steps: a scaler used where the
         migration did not follow it."""
         calls = self.facts.subtree(self.facts.module, cst.Call)
-        step_functions = {call.args[0].value.value for call in calls  # type: ignore[attr-defined]
-                          if calls_method(call, "step") and call.args and isinstance(call.args[0].value, cst.Name)}
+        step_functions = {
+            call.args[0].value.value
+            for call in calls  # type: ignore[attr-defined]
+            if calls_method(call, "step") and call.args and isinstance(call.args[0].value, cst.Name)
+        }
         for call in (call for call in calls if calls_method(call, "unscale_")):
             function = self.facts.enclosing(call, (cst.FunctionDef,))
             if isinstance(function, cst.FunctionDef) and function.name.value in step_functions:
                 continue  # already RoundPipe's form: inside a function handed to model.step
             if self.facts.statement_of(call) not in self.plan.step_statements:
-                raise Blocked(call, "RPM104", f"`{code(call)}` unscales with a scaler the migration "
-                              "did not follow to a recognised training step; migrate it by hand")
+                raise Blocked(
+                    call,
+                    "RPM104",
+                    f"`{code(call)}` unscales with a scaler the migration "
+                    "did not follow to a recognised training step; migrate it by hand",
+                )
 
     def _origin(self, assignment: BaseAssignment, at: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The node binding a name; for a parameter, the binding every same-file caller
@@ -164,8 +196,12 @@ class TorchAmpRules:
             try:
                 kind = self.facts.scaler_kind(call)
             except ValueError:
-                raise Blocked(call, "RPM104", "GradScaler import fallback mixes torch.amp and "
-                              "torch.cuda.amp with positional arguments; pass them by keyword")
+                raise Blocked(
+                    call,
+                    "RPM104",
+                    "GradScaler import fallback mixes torch.amp and "
+                    "torch.cuda.amp with positional arguments; pass them by keyword",
+                )
             if kind is not None:
                 found.append((call, self.facts.statement_of(call)))
         return found
@@ -180,8 +216,12 @@ class TorchAmpRules:
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
         ):
-            raise Blocked(call, "RPM105", "GradScaler is not assigned to a plain variable "
-                          "(attribute, container or expression); migrate this one by hand")
+            raise Blocked(
+                call,
+                "RPM105",
+                "GradScaler is not assigned to a plain variable "
+                "(attribute, container or expression); migrate this one by hand",
+            )
         name = statement.body[0].targets[0].target.value
         kind = self.facts.scaler_kind(call)
         self._rewrite_constructor(call, kind)
@@ -214,9 +254,18 @@ class TorchAmpRules:
                     self._plan_backward(access, name)
                 elif method in ("unscale_", "step", "update"):
                     self._step_method_uses.append(access)
-                elif method in ("get_scale", "state_dict", "load_state_dict", "is_enabled",
-                                "get_growth_factor", "get_backoff_factor", "get_growth_interval",
-                                "set_growth_factor", "set_backoff_factor", "set_growth_interval"):
+                elif method in (
+                    "get_scale",
+                    "state_dict",
+                    "load_state_dict",
+                    "is_enabled",
+                    "get_growth_factor",
+                    "get_backoff_factor",
+                    "get_growth_interval",
+                    "set_growth_factor",
+                    "set_backoff_factor",
+                    "set_growth_interval",
+                ):
                     continue
                 else:
                     raise Blocked(access, "RPM104", f"GradScaler method {method!r} is not migrated")
@@ -225,15 +274,22 @@ class TorchAmpRules:
             elif _tests_presence(parent, access):
                 continue  # `if scaler is not None:`, `if scaler:`: optional AMP
             else:
-                raise Blocked(access, "RPM105", "GradScaler is stored or passed in a way the "
-                              "migration cannot follow; migrate this one by hand")
+                raise Blocked(
+                    access,
+                    "RPM105",
+                    "GradScaler is stored or passed in a way the migration cannot follow; migrate this one by hand",
+                )
 
     def _follow_into_function(self, arg: cst.Arg, name: str, depth: int) -> None:
         call = self.facts.parent(arg)
         function = self.facts.local_function(call)
         if function is None:
-            raise Blocked(arg, "RPM104", "GradScaler passed to a function defined elsewhere; "
-                          "training steps spread over several files are not migrated")
+            raise Blocked(
+                arg,
+                "RPM104",
+                "GradScaler passed to a function defined elsewhere; "
+                "training steps spread over several files are not migrated",
+            )
         param = self._parameter_for(call, function, arg)
         self._follow_scaler(param, self.facts.scope(function.body.body[0]), depth + 1)
 
@@ -275,8 +331,11 @@ class TorchAmpRules:
             raise Blocked(at, "RPM108", f"cannot follow {binding.name!r} to where it is built")
         sites = self.facts.call_sites(function)
         if not sites:
-            raise Blocked(function, "RPM108", f"{function.name.value}() is not called in this "
-                          "file; its model/optimizer cannot be followed")
+            raise Blocked(
+                function,
+                "RPM108",
+                f"{function.name.value}() is not called in this file; its model/optimizer cannot be followed",
+            )
         found: Optional[Binding] = None
         for site in sites:
             value = argument_for(site, function, binding.name)
@@ -286,8 +345,9 @@ class TorchAmpRules:
             if outer.statement is None:
                 outer = self._caller_binding(outer, site, depth + 1)
             if found is not None and outer.statement is not found.statement:
-                raise Blocked(site, "RPM107", f"{function.name.value}() is called with different "
-                              f"objects for {binding.name!r}")
+                raise Blocked(
+                    site, "RPM107", f"{function.name.value}() is called with different objects for {binding.name!r}"
+                )
             found = outer
         return found
 
@@ -328,8 +388,7 @@ class TorchAmpRules:
         line = self.facts.parent(statement)
         if kept and isinstance(line, cst.SimpleStatementLine):
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            self.plan.edits.replace_expression(
-                statement, lambda updated: updated.with_changes(names=kept))
+            self.plan.edits.replace_expression(statement, lambda updated: updated.with_changes(names=kept))
         elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
             self._drop(line)
 
@@ -344,9 +403,17 @@ class TorchAmpRules:
             return
         if isinstance(block, cst.IndentedBlock) and len(body) == 1:
             keep = cst.parse_statement("pass\n")
-            self.plan.edits.replace_range(block, 0, 1,
-                                          lambda updated: [keep.with_changes(leading_lines=updated[0].leading_lines,
-                                                                             trailing_whitespace=getattr(updated[0], "trailing_whitespace", keep.trailing_whitespace))])
+            self.plan.edits.replace_range(
+                block,
+                0,
+                1,
+                lambda updated: [
+                    keep.with_changes(
+                        leading_lines=updated[0].leading_lines,
+                        trailing_whitespace=getattr(updated[0], "trailing_whitespace", keep.trailing_whitespace),
+                    )
+                ],
+            )
         else:
             self._drop_statement(statement)
 
@@ -379,19 +446,22 @@ class TorchAmpRules:
             and isinstance(backward_call, cst.Call)
             and only_expression(statement) is backward_call
         ):
-            raise Blocked(access, "RPM106", "scaler.scale(...) is not used as "
-                          "`scaler.scale(loss).backward()` on its own line")
+            raise Blocked(
+                access, "RPM106", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
+            )
         for arg in backward_call.args:
             if arg.keyword is not None and arg.keyword.value == "create_graph":
-                raise Blocked(backward_call, "RPM103", "backward(create_graph=True) (higher-order "
-                              "gradients) has no RoundPipe form; left untouched")
+                raise Blocked(
+                    backward_call,
+                    "RPM103",
+                    "backward(create_graph=True) (higher-order gradients) has no RoundPipe form; left untouched",
+                )
             raise Blocked(backward_call, "RPM106", "backward() with arguments is not migrated")
         if len(scale_call.args) != 1:
             raise Blocked(scale_call, "RPM106", "scaler.scale() of several outputs is not migrated")
         step = StepBuilder(self, scaler, statement, scale_call.args[0].value)
         step.plan()
         plan_plain_path(step)
-
 
 
 def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
@@ -406,8 +476,13 @@ def _tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
     """``access`` is only tested for being there: ``x is None``, ``x is not None`` or the
     test of an ``if``/``while``/conditional expression (``if x:``), possibly under ``not``."""
     if isinstance(parent, cst.Comparison):
-        return parent.left is access and len(parent.comparisons) == 1 and m.matches(
-            parent.comparisons[0], m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None")))
+        return (
+            parent.left is access
+            and len(parent.comparisons) == 1
+            and m.matches(
+                parent.comparisons[0], m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))
+            )
+        )
     if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
         return True
     return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access

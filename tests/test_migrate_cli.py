@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+
 from fake_engine import (
     crashing_migrate,
     fake_migrate,
@@ -22,9 +23,8 @@ from fake_engine import (
     rewriting_migrate,
     uncompilable_migrate,
 )
-from migrate_cli_support import AMP, REPO, SUBPROCESS_ENV, run
-
 from migrate import cli
+from migrate_cli_support import AMP, REPO, SUBPROCESS_ENV, run
 
 MIGRATED = AMP + "# migrated\n"
 PARTIAL = AMP + "m = DataParallel(m)\n"
@@ -86,7 +86,10 @@ def test_python_dash_m_migrate_runs_the_tool(tmp_path):
     (tmp_path / "a.py").write_text(PLAIN)
     done = subprocess.run(
         [sys.executable, "-m", "migrate", str(tmp_path)],
-        cwd=REPO, env=SUBPROCESS_ENV, capture_output=True, text=True,
+        cwd=REPO,
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", summary(1, 0, 0, 0, 1) + "\n")
 
@@ -171,16 +174,21 @@ def test_diff_marks_a_missing_final_newline(tmp_path, capsys, fake):
     ]
 
 
-def test_check_names_each_file_that_would_change_exits_1_and_writes_nothing(
-    tmp_path, capsys, fake
-):
+def test_check_names_each_file_that_would_change_exits_1_and_writes_nothing(tmp_path, capsys, fake):
     make(tmp_path, {"a.py": AMP, "b.py": PLAIN, "c.py": AMP})
     before = snapshot(tmp_path)
-    assert run(capsys, "--check", tmp_path) == (1, "", "\n".join([
-        f"would migrate {tmp_path / 'a.py'}",
-        f"would migrate {tmp_path / 'c.py'}",
-        summary(3, 2, 0, 0, 1),
-    ]) + "\n")
+    assert run(capsys, "--check", tmp_path) == (
+        1,
+        "",
+        "\n".join(
+            [
+                f"would migrate {tmp_path / 'a.py'}",
+                f"would migrate {tmp_path / 'c.py'}",
+                summary(3, 2, 0, 0, 1),
+            ]
+        )
+        + "\n",
+    )
     assert run(capsys, "-q", "--check", tmp_path) == (1, "", "")
     assert snapshot(tmp_path) == before
     assert run(capsys, "--check", tmp_path / "b.py")[0] == 0
@@ -372,8 +380,7 @@ def test_not_utf8_points_at_the_first_bad_byte(tmp_path, capsys):
     code, _, err = run(capsys, tmp_path / "a.py")
     assert code == 2
     assert err.splitlines()[0] == (
-        f"{tmp_path / 'a.py'}:3:6: RPM903 file is not UTF-8 (invalid continuation byte); "
-        "file skipped"
+        f"{tmp_path / 'a.py'}:3:6: RPM903 file is not UTF-8 (invalid continuation byte); file skipped"
     )
 
 
@@ -392,16 +399,13 @@ def test_unreadable_and_non_utf8_files_do_not_stop_the_run(tmp_path, capsys, fak
     assert out.count("+# migrated") == 2
     assert err.splitlines() == [
         f"{tmp_path / 'b_locked.py'}:1:1: RPM902 file could not be read: Permission denied",
-        f"{tmp_path / 'c_latin.py'}:1:9: RPM903 file is not UTF-8 (invalid continuation byte); "
-        "file skipped",
+        f"{tmp_path / 'c_latin.py'}:1:9: RPM903 file is not UTF-8 (invalid continuation byte); file skipped",
         f"{tmp_path / 'missing.py'}:1:1: RPM902 file could not be read: No such file or directory",
         summary(5, 2, 0, 3, 0),
     ]
 
 
-@pytest.mark.skipif(
-    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read a mode-000 file"
-)
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read a mode-000 file")
 def test_mode_000_file_is_rpm902(tmp_path, capsys, fake):
     path = make(tmp_path, {"a.py": AMP}) / "a.py"
     path.chmod(0)
@@ -436,23 +440,26 @@ def test_folder_that_cannot_be_listed_is_rpm902(tmp_path, capsys, fake, monkeypa
 
 
 def test_skipped_folders_and_excludes(tmp_path, capsys, fake):
-    make(tmp_path, {
-        "keep.py": PLAIN,
-        "notes.txt": PLAIN,
-        ".hidden/x.py": PLAIN,
-        "venv/x.py": PLAIN,
-        "env/pyvenv.cfg": "",
-        "env/x.py": PLAIN,
-        "myenv/pyvenv.cfg": "",
-        "myenv/lib/x.py": PLAIN,
-        "envs/x.py": PLAIN,
-        "pkg/__pycache__/x.py": PLAIN,
-        "lib/site-packages/x.py": PLAIN,
-        "build/x.py": PLAIN,
-        "pkg/gen/x.py": PLAIN,
-        "pkg/model_pb2.py": PLAIN,
-        "pkg/model.py": PLAIN,
-    })
+    make(
+        tmp_path,
+        {
+            "keep.py": PLAIN,
+            "notes.txt": PLAIN,
+            ".hidden/x.py": PLAIN,
+            "venv/x.py": PLAIN,
+            "env/pyvenv.cfg": "",
+            "env/x.py": PLAIN,
+            "myenv/pyvenv.cfg": "",
+            "myenv/lib/x.py": PLAIN,
+            "envs/x.py": PLAIN,
+            "pkg/__pycache__/x.py": PLAIN,
+            "lib/site-packages/x.py": PLAIN,
+            "build/x.py": PLAIN,
+            "pkg/gen/x.py": PLAIN,
+            "pkg/model_pb2.py": PLAIN,
+            "pkg/model.py": PLAIN,
+        },
+    )
     report = tmp_path / "r.json"
     excludes = ["--exclude", "build", "--exclude", "pkg/gen/*", "--exclude", "*_pb2.py"]
     assert run(capsys, "--report", report, *excludes, tmp_path)[0] == 0
@@ -491,21 +498,30 @@ def test_report_contents(tmp_path, capsys, fake):
     assert run(capsys, "--report", report, tmp_path)[0] == 2
     data = json.loads(report.read_text())
     assert (data["version"], data["mode"], data["output"]) == (2, "diff", None)
-    assert data["summary"] == {
-        "files": 4, "changed": 2, "migrated": 1, "partial": 1, "error": 1, "unchanged": 1
-    }
+    assert data["summary"] == {"files": 4, "changed": 2, "migrated": 1, "partial": 1, "error": 1, "unchanged": 1}
     a, b, c, d = data["files"]
     assert a == {
-        "path": str(tmp_path / "a.py"), "status": "migrated", "changed": True,
-        "rewrites": [{"line": 1, "description": "marked as migrated"}], "diagnostics": [],
-        "changes": [{
-            "kind": "inserted", "original": {"start": 3, "count": 0},
-            "new": {"start": 3, "count": 1}, "source": "diff",
-        }],
+        "path": str(tmp_path / "a.py"),
+        "status": "migrated",
+        "changed": True,
+        "rewrites": [{"line": 1, "description": "marked as migrated"}],
+        "diagnostics": [],
+        "changes": [
+            {
+                "kind": "inserted",
+                "original": {"start": 3, "count": 0},
+                "new": {"start": 3, "count": 1},
+                "source": "diff",
+            }
+        ],
     }
     assert b == {
-        "path": str(tmp_path / "b.py"), "status": "unchanged", "changed": False,
-        "rewrites": [], "diagnostics": [], "changes": [],
+        "path": str(tmp_path / "b.py"),
+        "status": "unchanged",
+        "changed": False,
+        "rewrites": [],
+        "diagnostics": [],
+        "changes": [],
     }
     assert (c["status"], c["changed"], c["diagnostics"][0]["code"]) == ("partial", True, "RPM101")
     assert (d["status"], d["changed"], d["diagnostics"][0]["code"]) == ("error", False, "RPM903")
@@ -528,18 +544,14 @@ def test_report_records_the_mode_and_where_output_went(tmp_path, capsys, fake, f
     assert (data["mode"], data["output"]) == (mode, output and output.format(tmp=tmp_path))
 
 
-def test_report_labels_replaced_and_removed_lines_with_both_numberings(
-    tmp_path, capsys, monkeypatch
-):
+def test_report_labels_replaced_and_removed_lines_with_both_numberings(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli, "ENGINE", rewriting_migrate)
     make(tmp_path, {"a.py": "import torch\nscaler = GradScaler()\nx = 1\ny = 2\nz = 3\n"})
     report = tmp_path / "r.json"
     run(capsys, "--report", report, tmp_path / "a.py")
     assert json.loads(report.read_text())["files"][0]["changes"] == [
-        {"kind": "removed", "original": {"start": 1, "count": 1},
-         "new": {"start": 1, "count": 0}, "source": "diff"},
-        {"kind": "replaced", "original": {"start": 4, "count": 1},
-         "new": {"start": 3, "count": 2}, "source": "diff"},
+        {"kind": "removed", "original": {"start": 1, "count": 1}, "new": {"start": 1, "count": 0}, "source": "diff"},
+        {"kind": "replaced", "original": {"start": 4, "count": 1}, "new": {"start": 3, "count": 2}, "source": "diff"},
     ]
 
 

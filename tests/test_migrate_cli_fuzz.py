@@ -17,9 +17,7 @@ from migrate import cli
 from migrate.files import BOM, Source, decode
 
 ROOT = Path(__file__).resolve().parents[1]
-INPUTS = sorted((ROOT / "tests" / "migrate_cases").glob("*.py")) + sorted(
-    (ROOT / "examples").glob("*amp_*.py")
-)
+INPUTS = sorted((ROOT / "tests" / "migrate_cases").glob("*.py")) + sorted((ROOT / "examples").glob("*amp_*.py"))
 BARE_LF = re.compile(r"(?<!\r)\n")
 
 

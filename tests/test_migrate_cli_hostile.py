@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from fake_engine import dying_migrate, fake_migrate
+from migrate import cli
 from migrate_cli_support import AMP, REPO, run
 from migrate_cli_support import SUBPROCESS_ENV as ENV
-
-from migrate import cli
 
 BASIC = (REPO / "examples" / "amp_basic.py").read_text()
 SCALER = AMP
@@ -223,10 +223,7 @@ def test_stdin_that_is_not_utf8_gets_the_same_diagnostic_as_a_file(tmp_path):
     )
     assert from_stdin.returncode == from_file.returncode == 2
     assert from_stdin.stdout == b""
-    assert (
-        from_stdin.stderr.decode().replace("<stdin>", str(tmp_path / "latin.py"))
-        == from_file.stderr
-    )
+    assert from_stdin.stderr.decode().replace("<stdin>", str(tmp_path / "latin.py")) == from_file.stderr
 
 
 @pytest.mark.parametrize(
@@ -290,8 +287,7 @@ def test_fifos_and_devices_are_skipped_unread(tmp_path, capsys, fake):
     assert err.splitlines()[:3] == [
         f"{tmp_path / 'pipe.py'}:1:1: RPM905 not a regular file (a FIFO); file skipped, never read",
         "/dev/null:1:1: RPM905 not a regular file (a character device); file skipped, never read",
-        f"{tmp_path / 'tree' / 'found.py'}:1:1: RPM905 not a regular file (a FIFO); file "
-        "skipped, never read",
+        f"{tmp_path / 'tree' / 'found.py'}:1:1: RPM905 not a regular file (a FIFO); file skipped, never read",
     ]
 
 
@@ -392,10 +388,7 @@ def test_sigint_in_process_ends_with_a_summary_and_exit_130_and_writes_nothing(t
     code, out, err = run(capsys, "-w", tmp_path)
     assert code == 130 and out == ""
     assert (tmp_path / "a.py").read_text() == AMP
-    assert err == (
-        "roundpipe-migrate: 0 files checked, 0 migrated, 0 partial, 0 errors, 0 unchanged "
-        "(interrupted)\n"
-    )
+    assert err == ("roundpipe-migrate: 0 files checked, 0 migrated, 0 partial, 0 errors, 0 unchanged (interrupted)\n")
 
 
 def test_a_worker_that_dies_costs_its_files_not_the_run(tmp_path, capsys, monkeypatch):
@@ -418,9 +411,7 @@ def test_a_return_outside_a_function_is_a_syntax_error(tmp_path, capsys):
     path.write_text("x = 1\nreturn x\n")
     code, _, err = run(capsys, path)
     assert code == 2
-    assert err.splitlines()[0] == (
-        f"{path}:2:1: RPM901 syntax error, file skipped: 'return' outside function"
-    )
+    assert err.splitlines()[0] == (f"{path}:2:1: RPM901 syntax error, file skipped: 'return' outside function")
 
 
 def test_compiler_warnings_are_neither_errors_nor_noise(tmp_path):
@@ -434,17 +425,14 @@ def test_compiler_warnings_are_neither_errors_nor_noise(tmp_path):
         timeout=60,
     )
     assert (done.returncode, done.stdout) == (0, "")
-    assert done.stderr == (
-        "roundpipe-migrate: 1 file checked, 0 would migrate, 0 partial, 0 errors, 1 unchanged\n"
-    )
+    assert done.stderr == ("roundpipe-migrate: 1 file checked, 0 would migrate, 0 partial, 0 errors, 1 unchanged\n")
 
 
 def test_an_import_fallback_between_the_two_spellings_with_a_positional_argument_is_refused(tmp_path, capsys):
     """``GradScaler(device)`` under a torch.amp / torch.cuda.amp import fallback cannot be
     mapped (device first, or init_scale first?): RPM104, not an engine crash (RPM904)."""
     imports = (
-        "try:\n    from torch.amp import GradScaler\n"
-        "except ImportError:\n    from torch.cuda.amp import GradScaler\n"
+        "try:\n    from torch.amp import GradScaler\nexcept ImportError:\n    from torch.cuda.amp import GradScaler\n"
     )
     source = BASIC.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + imports, 1)
     path = tmp_path / "a.py"

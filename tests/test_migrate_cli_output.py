@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from fake_engine import fake_migrate
-from migrate_cli_support import AMP, REPO, run
 
+from fake_engine import fake_migrate
 from migrate import cli
+from migrate_cli_support import AMP, REPO, run
 
 PARTIAL = AMP + "m = DataParallel(m)\n"
 ESC = "\x1b["
@@ -27,14 +27,10 @@ def fake(monkeypatch):
     ("flags", "word"),
     [([], "would migrate"), (["--check"], "would migrate"), (["-w"], "migrated")],
 )
-def test_summary_says_would_migrate_only_when_nothing_is_written(
-    tmp_path, capsys, fake, flags, word
-):
+def test_summary_says_would_migrate_only_when_nothing_is_written(tmp_path, capsys, fake, flags, word):
     (tmp_path / "a.py").write_text(AMP)
     _, _, err = run(capsys, *flags, tmp_path)
-    assert err.splitlines()[-1] == (
-        f"roundpipe-migrate: 1 file checked, 1 {word}, 0 partial, 0 errors, 0 unchanged"
-    )
+    assert err.splitlines()[-1] == (f"roundpipe-migrate: 1 file checked, 1 {word}, 0 partial, 0 errors, 0 unchanged")
 
 
 def test_color_always_paints_the_diff_the_diagnostics_and_the_summary(tmp_path, capsys, fake):

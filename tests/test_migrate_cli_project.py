@@ -4,11 +4,11 @@ import, syntax errors everywhere; and how ``-j`` shares the work (issue 14)."""
 import time
 
 import pytest
-from fake_engine import noting_migrate, waiting_migrate
-from migrate_cli_support import run
 
+from fake_engine import noting_migrate, waiting_migrate
 from migrate import cli, pool
 from migrate.prefilter import imported_modules, might_use_amp, select_candidates
+from migrate_cli_support import run
 
 
 def seen(err):
@@ -33,9 +33,7 @@ def test_prefilter_sees_scaler_calls_and_amp_imports(text):
     assert might_use_amp("import torch\n" + text + "\n")
 
 
-@pytest.mark.parametrize(
-    "text", ["import torch\nx = torch.ones(2)\n", "amplitude = 3\nexample = 'amp'\n"]
-)
+@pytest.mark.parametrize("text", ["import torch\nx = torch.ones(2)\n", "amplitude = 3\nexample = 'amp'\n"])
 def test_prefilter_passes_over_files_without_a_marker(text):
     assert not might_use_amp(text)
 
@@ -72,9 +70,7 @@ def test_files_that_candidates_import_are_selected_transitively(tmp_path):
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_the_engine_sees_candidates_and_the_files_they_import_only(
-    tmp_path, capsys, monkeypatch, jobs
-):
+def test_the_engine_sees_candidates_and_the_files_they_import_only(tmp_path, capsys, monkeypatch, jobs):
     monkeypatch.setattr(cli, "ENGINE", noting_migrate)
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "train.py").write_text(
@@ -87,15 +83,11 @@ def test_the_engine_sees_candidates_and_the_files_they_import_only(
     (tmp_path / "pkg" / "scale.py").write_text("def f(s, loss):\n    return s.scale(loss)\n")
     code, _, err = run(capsys, "-j", jobs, tmp_path)
     assert code == 0
-    assert seen(err) == [
-        str(tmp_path / "pkg" / name) for name in ("model.py", "optim.py", "scale.py", "train.py")
-    ]
+    assert seen(err) == [str(tmp_path / "pkg" / name) for name in ("model.py", "optim.py", "scale.py", "train.py")]
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_syntax_error_is_found_in_a_file_the_engine_never_sees(
-    tmp_path, capsys, monkeypatch, jobs
-):
+def test_a_syntax_error_is_found_in_a_file_the_engine_never_sees(tmp_path, capsys, monkeypatch, jobs):
     monkeypatch.setattr(cli, "ENGINE", noting_migrate)
     (tmp_path / "a.py").write_text("scaler = GradScaler()\n")
     (tmp_path / "b.py").write_text("scaler = GradScaler()\n")
@@ -110,9 +102,7 @@ def test_a_worker_sends_back_no_text_for_an_unchanged_file():
     task = cli.Task("a.py", "x = 1\n", look=True)
     assert cli.process(task, noting_migrate, exact=False).migrated is None
     task = cli.Task("b.py", "s = GradScaler()\n", look=True)
-    assert (
-        cli.process(task, noting_migrate, exact=False).migrated == "s = GradScaler()\n# migrated\n"
-    )
+    assert cli.process(task, noting_migrate, exact=False).migrated == "s = GradScaler()\n# migrated\n"
 
 
 def test_costly_tasks_go_first_in_pairs_and_cheap_ones_in_large_chunks():

@@ -26,6 +26,7 @@ def test_docs_diagnostics_tables_follow_the_registry():
     english = (ROOT / "docs" / "migrate.md").read_text()
     assert markdown_table() in english
     chinese = (ROOT / "docs" / "migrate.zh.md").read_text()
-    section = chinese[chinese.index("## 诊断"):]
+    section = chinese[chinese.index("## 诊断") :]
     assert re.findall(r"^\| (RPM\d{3}) \| `([a-z0-9-]+)`", section, re.M) == [
-        (code, entry.name) for code, entry in REGISTRY.items()]
+        (code, entry.name) for code, entry in REGISTRY.items()
+    ]

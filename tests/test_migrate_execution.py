@@ -66,7 +66,7 @@ def test_migrated_apex_examples_train_on_cpu_without_apex(path, exact, tmp_path,
     assert len(set(losses)) > 1  # the weights moved between steps
 
 
-LOSS_OUTSIDE_AUTOCAST = '''
+LOSS_OUTSIDE_AUTOCAST = """
 import torch
 import torch.nn.functional as F
 
@@ -90,7 +90,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def test_loss_computed_outside_autocast_stays_outside_and_matches(tmp_path):

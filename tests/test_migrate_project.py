@@ -90,15 +90,19 @@ def test_a_file_that_does_not_parse_is_reported_without_any_amp_marker():
 
 
 def test_relative_and_package_imports_are_resolved():
-    view = project_view({
-        "pkg/__init__.py": "",
-        "pkg/engine.py": "from .utils import helper\nfrom . import models\n",
-        "pkg/utils.py": "def helper():\n    pass\n",
-        "pkg/models.py": "",
-        "main.py": "import pkg.engine as engine\nfrom pkg.utils import helper\n",
-    })
+    view = project_view(
+        {
+            "pkg/__init__.py": "",
+            "pkg/engine.py": "from .utils import helper\nfrom . import models\n",
+            "pkg/utils.py": "def helper():\n    pass\n",
+            "pkg/models.py": "",
+            "main.py": "import pkg.engine as engine\nfrom pkg.utils import helper\n",
+        }
+    )
     assert {(e.target, e.names) for e in view["pkg/engine.py"].imports} == {
-        ("pkg/utils.py", (("helper", "helper"),)), ("pkg/models.py", ())}
+        ("pkg/utils.py", (("helper", "helper"),)),
+        ("pkg/models.py", ()),
+    }
     assert {e.target for e in view["main.py"].imports} == {"pkg/engine.py", "pkg/utils.py"}
 
 
@@ -128,9 +132,9 @@ def _project_mutations():
     def mutate(name):
         sources = _sources(name)
         path = st.sampled_from(sorted(sources))
-        ops = st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 200)),
-                       min_size=1, max_size=3)
+        ops = st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 200)), min_size=1, max_size=3)
         return st.tuples(st.just(sources), path, ops)
+
     return st.sampled_from(NAMES).flatmap(mutate)
 
 

@@ -177,9 +177,9 @@ def test_hand_migrated_target_prints_the_originals_numbers(name, tmp_path):
     target = folder / TARGET
     target_files = {rel for rel in _project_files(target) if rel.endswith(".py")}
     assert target_files == {rel for rel in _project_files(folder) if rel.endswith(".py")}
-    assert "import roundpipe" in (target / "main.py").read_text() or "from roundpipe" in (
-        target / "main.py"
-    ).read_text()
+    assert (
+        "import roundpipe" in (target / "main.py").read_text() or "from roundpipe" in (target / "main.py").read_text()
+    )
     original = _copy_project(_project_files(folder), tmp_path / "original")
     migrated = _copy_project(_project_files(target), tmp_path / "target")
     for argv in ARGV_VARIANTS.get(name, [[]]):

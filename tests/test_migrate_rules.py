@@ -17,8 +17,11 @@ from mutations import MUTATIONS, mutate_lines
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "migrate_cases"
 EXPECTED = CASES / "expected"
-INPUTS = (sorted(CASES.glob("*.py")) + sorted((ROOT / "examples").glob("amp_*.py"))
-          + sorted((ROOT / "examples").glob("apex_*.py")))
+INPUTS = (
+    sorted(CASES.glob("*.py"))
+    + sorted((ROOT / "examples").glob("amp_*.py"))
+    + sorted((ROOT / "examples").glob("apex_*.py"))
+)
 IDS = [p.name for p in INPUTS]
 
 
@@ -28,8 +31,7 @@ def _expected_codes(path):
 
 
 def _comments(text):
-    return [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-            if tok.type == tokenize.COMMENT]
+    return [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT]
 
 
 @pytest.mark.parametrize("path", INPUTS, ids=IDS)
@@ -59,9 +61,7 @@ def test_migration_is_idempotent_compiles_and_keeps_comments(path, exact):
     if once.changed:
         assert twice.diagnostics == []
     compile(once.migrated, str(path), "exec")
-    assert sorted(_comments(source)) == sorted(
-        c for c in _comments(once.migrated) if "roundpipe-migrate" not in c
-    )
+    assert sorted(_comments(source)) == sorted(c for c in _comments(once.migrated) if "roundpipe-migrate" not in c)
 
 
 def test_exact_mode_only_adds_the_synchronous_flags():
@@ -69,7 +69,8 @@ def test_exact_mode_only_adds_the_synchronous_flags():
     default = migrate_source(source).migrated
     exact = migrate_source(source, exact=True).migrated
     assert exact == default.replace("model.step(_step_fn)", "model.step(_step_fn, is_async=False)").replace(
-        "scaler.update()", "scaler.update(is_async=False)")
+        "scaler.update()", "scaler.update(is_async=False)"
+    )
 
 
 def test_legacy_positional_init_scale_is_kept_as_init_scale():
@@ -80,11 +81,14 @@ def test_legacy_positional_init_scale_is_kept_as_init_scale():
 
 def _mutations():
     lines = st.sampled_from(INPUTS).map(lambda p: p.read_text().splitlines(True))
-    return lines.flatmap(lambda ls: st.tuples(
-        st.just(ls),
-        st.lists(st.tuples(st.sampled_from(MUTATIONS),
-                           st.integers(0, max(0, len(ls) - 1))), min_size=1, max_size=4),
-    ))
+    return lines.flatmap(
+        lambda ls: st.tuples(
+            st.just(ls),
+            st.lists(
+                st.tuples(st.sampled_from(MUTATIONS), st.integers(0, max(0, len(ls) - 1))), min_size=1, max_size=4
+            ),
+        )
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,15 +127,14 @@ def test_result_records_every_change_with_original_and_new_lines():
     assert {"inserted", "moved", "removed", "replaced"} <= kinds
     moved = next(c for c in result.changes if c.kind == "moved")
     assert before[moved.original[0] - 1].strip() == "optimizer.zero_grad(set_to_none=True)"
-    assert "optimizer.zero_grad(set_to_none=True)" in [
-        line.strip() for line in after[moved.new[0] - 1:moved.new[1]]]
+    assert "optimizer.zero_grad(set_to_none=True)" in [line.strip() for line in after[moved.new[0] - 1 : moved.new[1]]]
     removed = [before[c.original[0] - 1].strip() for c in result.changes if c.kind == "removed"]
     assert "scaler.scale(loss).backward()" in removed
     assert result.changes[0].to_json() == {"kind": "inserted", "original_lines": None, "new_lines": [9, 10]}
     assert migrate_source("x = 1\n").changes == []
 
 
-TWO_BLOCKERS = '''import torch
+TWO_BLOCKERS = """import torch
 
 
 def train(model, batches):
@@ -147,7 +150,7 @@ def train(model, batches):
 class Trainer:
     def step(self, loss):
         self.scaler.scale(loss).backward()
-'''
+"""
 
 
 def test_every_blocker_in_a_file_is_reported_at_its_line():

@@ -67,6 +67,9 @@ def all_rules() -> List[Rule]:
 def pattern_table(chinese: bool = False) -> str:
     """The pattern table of docs/migrate.md (``chinese``: of docs/migrate.zh.md)."""
     head = "| 模式 | 改写为 |\n|---|---|\n" if chinese else "| pattern | becomes |\n|---|---|\n"
-    rows = [(p.pattern_zh, p.becomes_zh) if chinese else (p.pattern, p.becomes)
-            for rule in all_rules() for p in rule.patterns]
+    rows = [
+        (p.pattern_zh, p.becomes_zh) if chinese else (p.pattern, p.becomes)
+        for rule in all_rules()
+        for p in rule.patterns
+    ]
     return head + "".join(f"| {pattern} | {becomes} |\n" for pattern, becomes in rows)

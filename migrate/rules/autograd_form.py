@@ -2,7 +2,7 @@
 
 from . import Example, Pattern, Rule
 
-_WORK_BETWEEN = '''import math
+_WORK_BETWEEN = """import math
 
 import torch
 
@@ -22,9 +22,9 @@ def train(model, batches):
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-'''
+"""
 
-_MICRO_STEPS = '''import contextlib
+_MICRO_STEPS = """import contextlib
 
 import torch
 
@@ -45,12 +45,13 @@ def train(model, get_batch, steps, micro_steps, amp, clip):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-'''
+"""
 
 _ZEROED_EACH_MICRO_STEP = _MICRO_STEPS.replace(
-    "            x, y = get_batch()\n", "            optimizer.zero_grad()\n            x, y = get_batch()\n")
+    "            x, y = get_batch()\n", "            optimizer.zero_grad()\n            x, y = get_batch()\n"
+)
 
-_ALREADY_MIGRATED = '''import roundpipe
+_ALREADY_MIGRATED = """import roundpipe
 import torch
 
 
@@ -69,9 +70,9 @@ def train(model, batches):
 
         model.step(step_fn)
         scaler.update()
-'''
+"""
 
-_MIGRATED_HELPER = '''import roundpipe
+_MIGRATED_HELPER = """import roundpipe
 import torch
 
 
@@ -92,61 +93,64 @@ def main(model, batches):
     scaler = roundpipe.GradScaler("cuda") if torch.cuda.is_available() else None
     for x, y in batches:
         run_step(model, optimizer, scaler, x, y)
-'''
+"""
 
 RULE = Rule(
-    name='autograd_form',
+    name="autograd_form",
     order=45,
-    description='a step whose forward cannot move into a loss function keeps its forward, loss code '
-                'and backward; only the optimizer work moves into model.step',
-    codes=('RPM106',),
-    implemented_in=('steps.py',),
+    description="a step whose forward cannot move into a loss function keeps its forward, loss code "
+    "and backward; only the optimizer work moves into model.step",
+    codes=("RPM106",),
+    implemented_in=("steps.py",),
     patterns=(
         Pattern(
-            'work between the forward and the backward that needs the loss on the main thread (loss dicts summed, `loss.item()`, a NaN/inf check that raises, logging, an `if` that rescales the loss), a forward in a `with` that is not autocast (a context variable or helper), the model called several times',
-            'autograd form: `out = model(x)`, the loss code and `scaler.scale(loss).backward()` stay as written (RoundPipe\'s forward is differentiable, the backward accumulates the gradients `model.step` hands to the optimizer copies); only the optimizer work moves into `_step_fn`; `zero_grad()` before the backward moves to the end of `_step_fn`; the report names the form and why the step was not fused',
-            '前向与反向之间需要在主线程上使用损失的代码（对损失字典求和、`loss.item()`、发现 NaN/inf 时抛出异常、日志、按条件缩放损失的 `if`）、位于非 autocast 的 `with` 中的前向（上下文变量或辅助函数）、多次调用模型',
-            'autograd 形式：`out = model(x)`、损失代码和 `scaler.scale(loss).backward()` 保持原样（RoundPipe 的前向可微，反向累积的梯度由 `model.step` 交给优化器副本）；只有优化器相关的工作移入 `_step_fn`；反向之前的 `zero_grad()` 移到 `_step_fn` 的末尾；报告会写明所用形式以及未融合的原因',
+            "work between the forward and the backward that needs the loss on the main thread (loss dicts summed, `loss.item()`, a NaN/inf check that raises, logging, an `if` that rescales the loss), a forward in a `with` that is not autocast (a context variable or helper), the model called several times",
+            "autograd form: `out = model(x)`, the loss code and `scaler.scale(loss).backward()` stay as written (RoundPipe's forward is differentiable, the backward accumulates the gradients `model.step` hands to the optimizer copies); only the optimizer work moves into `_step_fn`; `zero_grad()` before the backward moves to the end of `_step_fn`; the report names the form and why the step was not fused",
+            "前向与反向之间需要在主线程上使用损失的代码（对损失字典求和、`loss.item()`、发现 NaN/inf 时抛出异常、日志、按条件缩放损失的 `if`）、位于非 autocast 的 `with` 中的前向（上下文变量或辅助函数）、多次调用模型",
+            "autograd 形式：`out = model(x)`、损失代码和 `scaler.scale(loss).backward()` 保持原样（RoundPipe 的前向可微，反向累积的梯度由 `model.step` 交给优化器副本）；只有优化器相关的工作移入 `_step_fn`；反向之前的 `zero_grad()` 移到 `_step_fn` 的末尾；报告会写明所用形式以及未融合的原因",
         ),
         Pattern(
-            'a loop of micro-steps (`for micro_step in range(k): ... scaler.scale(loss).backward()`) with the step after it; `if clip: scaler.unscale_(opt); clip_grad_norm_(...)` in the step',
-            'the step after the loop becomes `model.step(_step_fn)` + `scaler.update()`; the guarded unscale/clip moves into `_step_fn` as it is (clipping on `model.optim_parameters()`); a `zero_grad()` inside the micro-step loop refuses the step (RPM106)',
-            '微步循环（`for micro_step in range(k): ... scaler.scale(loss).backward()`），循环之后执行优化器步骤；步骤中的 `if clip: scaler.unscale_(opt); clip_grad_norm_(...)`',
-            '循环之后的步骤变为 `model.step(_step_fn)` + `scaler.update()`；带条件的 unscale/裁剪原样移入 `_step_fn`（裁剪改用 `model.optim_parameters()`）；微步循环内的 `zero_grad()` 会拒绝迁移该步骤（RPM106）',
+            "a loop of micro-steps (`for micro_step in range(k): ... scaler.scale(loss).backward()`) with the step after it; `if clip: scaler.unscale_(opt); clip_grad_norm_(...)` in the step",
+            "the step after the loop becomes `model.step(_step_fn)` + `scaler.update()`; the guarded unscale/clip moves into `_step_fn` as it is (clipping on `model.optim_parameters()`); a `zero_grad()` inside the micro-step loop refuses the step (RPM106)",
+            "微步循环（`for micro_step in range(k): ... scaler.scale(loss).backward()`），循环之后执行优化器步骤；步骤中的 `if clip: scaler.unscale_(opt); clip_grad_norm_(...)`",
+            "循环之后的步骤变为 `model.step(_step_fn)` + `scaler.update()`；带条件的 unscale/裁剪原样移入 `_step_fn`（裁剪改用 `model.optim_parameters()`）；微步循环内的 `zero_grad()` 会拒绝迁移该步骤（RPM106）",
         ),
     ),
     examples=(
         Example(
             _WORK_BETWEEN,
             expect=(
-                '        if step < 10:\n            loss = loss * (step + 1) / 10  # warm-up\n'
-                '        scaler.scale(loss).backward()\n        def _step_fn():\n'
-                '            scaler.step(optimizer)\n            optimizer.zero_grad()\n'
-                '        model.step(_step_fn)\n        scaler.update()\n',
-                'optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)',
+                "        if step < 10:\n            loss = loss * (step + 1) / 10  # warm-up\n"
+                "        scaler.scale(loss).backward()\n        def _step_fn():\n"
+                "            scaler.step(optimizer)\n            optimizer.zero_grad()\n"
+                "        model.step(_step_fn)\n        scaler.update()\n",
+                "optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)",
             ),
         ),
         Example(
             _MICRO_STEPS,
             expect=(
-                '            scaler.scale(loss).backward()\n        def _step_fn():\n'
-                '            if clip:\n                scaler.unscale_(optimizer)\n'
-                '                torch.nn.utils.clip_grad_norm_(model.optim_parameters(), clip)\n'
-                '            scaler.step(optimizer)\n            optimizer.zero_grad(set_to_none=True)\n'
-                '        model.step(_step_fn)\n        scaler.update()\n',
+                "            scaler.scale(loss).backward()\n        def _step_fn():\n"
+                "            if clip:\n                scaler.unscale_(optimizer)\n"
+                "                torch.nn.utils.clip_grad_norm_(model.optim_parameters(), clip)\n"
+                "            scaler.step(optimizer)\n            optimizer.zero_grad(set_to_none=True)\n"
+                "        model.step(_step_fn)\n        scaler.update()\n",
             ),
         ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        if x is not None:\n            print(aux)\n        with torch.autocast("cuda"):\n            out = model(x)\n            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
-            expect=('            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n'
-                    '        scaler.scale(loss).backward()\n        def _step_fn():\n',),
+            expect=(
+                "            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n"
+                "        scaler.scale(loss).backward()\n        def _step_fn():\n",
+            ),
         ),
         Example(
-            _MICRO_STEPS.replace("    for it in range(steps):\n", "    for it in range(steps):\n        optimizer.zero_grad()\n")
-            .replace("        optimizer.zero_grad(set_to_none=True)\n", ""),
-            expect=('        model.synchronize()\n        optimizer.zero_grad()\n        for micro_step',),
+            _MICRO_STEPS.replace(
+                "    for it in range(steps):\n", "    for it in range(steps):\n        optimizer.zero_grad()\n"
+            ).replace("        optimizer.zero_grad(set_to_none=True)\n", ""),
+            expect=("        model.synchronize()\n        optimizer.zero_grad()\n        for micro_step",),
         ),
-        Example(_ZEROED_EACH_MICRO_STEP, codes=('RPM106',)),
+        Example(_ZEROED_EACH_MICRO_STEP, codes=("RPM106",)),
         Example(_ALREADY_MIGRATED),
         Example(_MIGRATED_HELPER),
     ),

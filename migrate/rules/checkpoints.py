@@ -3,23 +3,23 @@
 from . import Example, Pattern, Rule
 
 RULE = Rule(
-    name='checkpoints',
+    name="checkpoints",
     order=70,
-    description='evaluation and checkpoints go through the wrapped module after a synchronize; aliases follow',
-    codes=('RPM114', 'RPM115'),
-    implemented_in=('model_uses.py', 'parallel.py'),
+    description="evaluation and checkpoints go through the wrapped module after a synchronize; aliases follow",
+    codes=("RPM114", "RPM115"),
+    implemented_in=("model_uses.py", "parallel.py"),
     patterns=(
         Pattern(
-            '`model.eval()`, `model.state_dict()` (evaluation, checkpoints)',
-            '`model.synchronize()` inserted before; `model.state_dict()`/`load_state_dict()` go to the wrapped module (`model.model...`) so checkpoints keep their keys; scaler state dicts are compatible as they are',
-            '`model.eval()`、`model.state_dict()`（评估、检查点）',
-            '在其前面插入 `model.synchronize()`；`model.state_dict()`/`load_state_dict()` 改为作用于被包装的模块（`model.model...`），使检查点的键保持不变；缩放器的状态字典本身即兼容',
+            "`model.eval()`, `model.state_dict()` (evaluation, checkpoints)",
+            "`model.synchronize()` inserted before; `model.state_dict()`/`load_state_dict()` go to the wrapped module (`model.model...`) so checkpoints keep their keys; scaler state dicts are compatible as they are",
+            "`model.eval()`、`model.state_dict()`（评估、检查点）",
+            "在其前面插入 `model.synchronize()`；`model.state_dict()`/`load_state_dict()` 改为作用于被包装的模块（`model.model...`），使检查点的键保持不变；缩放器的状态字典本身即兼容",
         ),
         Pattern(
-            'an alias bound after the wrap (`raw_model = model`)',
-            'rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115)',
-            '包装之后绑定的别名（`raw_model = model`）',
-            '与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）',
+            "an alias bound after the wrap (`raw_model = model`)",
+            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115)",
+            "包装之后绑定的别名（`raw_model = model`）",
+            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）",
         ),
     ),
     examples=(
@@ -29,11 +29,11 @@ RULE = Rule(
         ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n    model = torch.compile(model)\n',
-            codes=('RPM114',),
+            codes=("RPM114",),
         ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n    for x, y in batches:\n        torch.nn.functional.mse_loss(model(x), y).backward()\n',
-            codes=('RPM115',),
+            codes=("RPM115",),
         ),
         Example(
             'import torch\n\n\ndef save(model, scaler: "torch.amp.GradScaler"):\n    torch.save({"model": model.state_dict(), "scaler": scaler.state_dict()}, "c.pt")\n',

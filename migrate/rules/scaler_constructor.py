@@ -3,22 +3,22 @@
 from . import Example, Pattern, Rule
 
 RULE = Rule(
-    name='scaler_constructor',
+    name="scaler_constructor",
     order=10,
-    description='GradScaler constructions become roundpipe.GradScaler, positional arguments kept by meaning',
-    codes=('RPM104', 'RPM105'),
-    implemented_in=('torch_amp.py', 'names.py'),
+    description="GradScaler constructions become roundpipe.GradScaler, positional arguments kept by meaning",
+    codes=("RPM104", "RPM105"),
+    implemented_in=("torch_amp.py", "names.py"),
     patterns=(
         Pattern(
-            '`torch.amp.GradScaler(dev, ...)`, `torch.GradScaler(...)`, from-imports, aliases, imports inside functions, try/except fallbacks',
-            '`roundpipe.GradScaler(dev, ...)`, arguments unchanged',
-            '`torch.amp.GradScaler(dev, ...)`、`torch.GradScaler(...)`、from 导入、别名、函数内的导入、try/except 回退',
-            '`roundpipe.GradScaler(dev, ...)`，参数不变',
+            "`torch.amp.GradScaler(dev, ...)`, `torch.GradScaler(...)`, from-imports, aliases, imports inside functions, try/except fallbacks",
+            "`roundpipe.GradScaler(dev, ...)`, arguments unchanged",
+            "`torch.amp.GradScaler(dev, ...)`、`torch.GradScaler(...)`、from 导入、别名、函数内的导入、try/except 回退",
+            "`roundpipe.GradScaler(dev, ...)`，参数不变",
         ),
         Pattern(
-            '`torch.cuda.amp.GradScaler(2.**10, ...)` (init_scale first)',
+            "`torch.cuda.amp.GradScaler(2.**10, ...)` (init_scale first)",
             '`roundpipe.GradScaler("cuda", 2.**10, ...)`: the legacy wrapper\'s implied device is made explicit, so the positional init_scale keeps its meaning (and, as with torch, the scaler disables itself where CUDA is missing)',
-            '`torch.cuda.amp.GradScaler(2.**10, ...)`（第一个参数为 init_scale）',
+            "`torch.cuda.amp.GradScaler(2.**10, ...)`（第一个参数为 init_scale）",
             '`roundpipe.GradScaler("cuda", 2.**10, ...)`：旧式包装器隐含的设备被显式写出，使位置参数 init_scale 保持原意（并且与 torch 一样，在没有 CUDA 的地方缩放器会自行禁用）',
         ),
     ),
@@ -33,7 +33,7 @@ RULE = Rule(
         ),
         Example(
             'import torch\n\n\nclass Trainer:\n    def __init__(self):\n        self.scaler = torch.amp.GradScaler("cuda")\n',
-            codes=('RPM105',),
+            codes=("RPM105",),
         ),
         Example(
             'import roundpipe\n\nscaler = roundpipe.GradScaler("cuda")  # already RoundPipe\'s GradScaler\n',
