@@ -210,7 +210,8 @@ class TorchAmpRules:
     def _plan_scaler(self, call: cst.Call, statement: cst.BaseStatement) -> None:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if not (
-            len(getattr(statement, "body", ())) == 1
+            isinstance(statement, cst.SimpleStatementLine)  # not a walrus in an if/while header
+            and len(statement.body) == 1
             and isinstance(small, cst.Assign)
             and (small.value is call or _optional(small.value, call))
             and len(small.targets) == 1
