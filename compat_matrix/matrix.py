@@ -118,19 +118,33 @@ def _scenario_rows(scenario: Scenario, device: str) -> Iterable[Dict[str, Any]]:
             _bound_for(scenario),
             "2 microbatches add the loss in a different order than one full batch",
         )
-        yield _row(
-            scenario,
-            reference,
-            subject,
-            device,
-            verdict.verdict,
-            verdict.reason,
-            verdict.max_abs_diff,
-            verdict.first_divergence,
-            _series(ref, sub),
-            _bound_for(scenario),
-        )
+        yield _compared_row(scenario, reference, subject, device, verdict, ref, sub, _bound_for(scenario))
     yield _apex_row(scenario, device)
+
+
+def _compared_row(
+    scenario: Scenario,
+    reference: str,
+    subject: str,
+    device: str,
+    verdict: Verdict,
+    ref: Trace,
+    sub: Trace,
+    bound: Optional[float],
+) -> Dict[str, Any]:
+    """The row of a comparison that ran: its verdict, both series and the bound used."""
+    return _row(
+        scenario,
+        reference,
+        subject,
+        device,
+        verdict.verdict,
+        verdict.reason,
+        verdict.max_abs_diff,
+        verdict.first_divergence,
+        _series(ref, sub),
+        bound,
+    )
 
 
 def _apex_row(scenario: Scenario, device: str) -> Dict[str, Any]:
@@ -141,17 +155,8 @@ def _apex_row(scenario: Scenario, device: str) -> Dict[str, Any]:
         return _row(scenario, f"apex {opt_level_for(scenario)}", subject, device, "skipped", reason)
     reference, ours = run_apex(scenario, device), run_compat(scenario, device)
     verdict = compare_traces(reference, ours, APEX_BOUND, APEX_REASON)
-    return _row(
-        scenario,
-        f"apex {opt_level_for(scenario)}",
-        subject,
-        device,
-        verdict.verdict,
-        verdict.reason,
-        verdict.max_abs_diff,
-        verdict.first_divergence,
-        _series(reference, ours),
-        APEX_BOUND,
+    return _compared_row(
+        scenario, f"apex {opt_level_for(scenario)}", subject, device, verdict, reference, ours, APEX_BOUND
     )
 
 
