@@ -353,13 +353,15 @@ class RoundPipe(nn.Module):
         try:
             optim_stream.call(step_call, reason="RoundPipe.step(is_async=False)")
         except Exception as failure:
-            if not step_call.failed:
-                raise  # not this step's own error (an interrupt, other optimizer work)
+            # It raised, or never ran (cancelled behind other optimizer work that failed):
+            # as for an asynchronous step (Job.failed), its gradients are dropped either way.
+            # An interrupt is not an Exception and keeps them.
             self._copies.discard_grads()
             self._copies.copy_to_model()
-            _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
-            if earlier is not None and failure.__context__ is None:
-                failure.__context__ = earlier  # the previous step's failure, raised first
+            if step_call.failed:
+                _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
+                if earlier is not None and failure.__context__ is None:
+                    failure.__context__ = earlier  # the previous step's failure, raised first
             raise
         self._copies.copy_to_model()
 
