@@ -19,6 +19,9 @@ from typing import Callable, Dict, Iterable, List, Sequence, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from .layout import tidy_blank_lines
+from .syntax import leading_lines
+
 __all__ = ["Edits", "EditApplier", "EditConflict", "PendingComments", "carry_comments", "drop_keeping_comments"]
 
 
@@ -63,7 +66,7 @@ def carry_comments(dropped: Sequence[cst.BaseStatement], target: cst.BaseStateme
     lines = _comment_lines(dropped)
     if not lines:
         return target
-    return target.with_changes(leading_lines=[*lines, *target.leading_lines])
+    return target.with_changes(leading_lines=[*lines, *leading_lines(target)])
 
 
 class PendingComments:
@@ -77,9 +80,10 @@ def _comment_lines(statements: Sequence[cst.BaseStatement]) -> List[cst.EmptyLin
     """The leading lines of ``statements`` plus every comment inside them, as lines."""
     lines: List[cst.EmptyLine] = []
     for statement in statements:
-        lines.extend(statement.leading_lines)
+        lines.extend(leading_lines(statement))
         inner = statement.with_changes(leading_lines=())
-        lines.extend(cst.EmptyLine(comment=comment) for comment in m.findall(inner, m.Comment()))
+        comments = m.findall(inner, m.Comment())
+        lines.extend(cst.EmptyLine(comment=comment) for comment in comments if isinstance(comment, cst.Comment))
     return lines
 
 
@@ -115,6 +119,7 @@ class EditApplier(cst.CSTTransformer):
     def __init__(self, edits: Edits, ancestors: Callable[[cst.CSTNode], Iterable[cst.CSTNode]]) -> None:
         super().__init__()
         self._edits = edits
+        self._ancestors = ancestors
         self._paths: Set[cst.CSTNode] = set()
         for node in [*edits.expressions, *edits.blocks]:
             self._paths.add(node)
@@ -123,15 +128,24 @@ class EditApplier(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         return node in self._paths
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+    def on_leave(self, original_node, updated_node):
         build = self._edits.expressions.get(original_node)
         if build is not None:
             updated_node = build(updated_node)
         ranges = self._edits.blocks.get(original_node)
         if ranges:
             body = list(updated_node.body)
+            before = {id(statement) for statement in body}
+            first = body[0] if body else None
             for start, end, build_statements in sorted(ranges, key=lambda r: (r[0], r[1]), reverse=True):
                 body[start:end] = build_statements(body[start:end])
+            statements = [item for item in body if not isinstance(item, PendingComments)]
+            generated = [id(statement) not in before for statement in statements]
+            first_replaced = bool(statements) and statements[0] is not first
             body, footer = _settle_comments(body, updated_node.footer)
+            owner = (
+                original_node if isinstance(original_node, cst.Module) else next(iter(self._ancestors(original_node)))
+            )
+            body = tidy_blank_lines(body, generated, first_replaced, owner)
             updated_node = updated_node.with_changes(body=body, footer=footer)
         return updated_node

@@ -14,21 +14,19 @@ import re
 from typing import Dict, List, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
 from .apex_amp import plan_apex
 from .diagnostics import Diagnostic, FileResult, Rewrite
 from .edits import EditApplier, EditConflict
+from .header import add_header
 from .model_uses import ModelUses
 from .names import ModuleFacts
-from .plan import Blocked, Plan
+from .plan import Blocked
 from .prefilter import might_use_amp
 from .torch_amp import plan_torch_amp
+from .wrapping import wrap_long_lines
 
 __all__ = ["migrate_source"]
-
-_MICROBATCH_NOTE = "  # roundpipe-migrate: microbatches per batch; mean losses are divided by it"
-
 
 #: Uses of a scaler object whose construction is not in the file (``self.scaler.scale(loss)``,
 #: ``loss_scaler.unscale_(opt)``): looked at too, so that such a file is named, not skipped.
@@ -82,8 +80,8 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
         return result
     if not plan.edits:
         return result
-    _add_header(facts.module, plan)
-    migrated = facts.module.visit(EditApplier(plan.edits, facts.ancestors)).code
+    edited = facts.module.visit(EditApplier(plan.edits, facts.ancestors))
+    migrated = wrap_long_lines(add_header(edited, plan.microbatch), source)
     try:
         compile(migrated, path, "exec")
     except SyntaxError as err:  # a bug in a rule: never write what does not compile
@@ -115,38 +113,3 @@ def _blocker_diagnostics(path: str, facts: ModuleFacts, blockers: List[Blocked])
         key = (position.line, position.column + 1, blocked.code)
         found.setdefault(key, Diagnostic(path, *key, blocked.message))
     return [found[key] for key in sorted(found)]
-
-
-def _add_header(module: cst.Module, plan: Plan) -> None:
-    """``import roundpipe`` and the microbatch constant at the end of the module's top import
-    block (docstring, ``__future__`` and the imports before any other statement), so module
-    code that runs before a later import already sees them; ``import roundpipe`` is not
-    repeated when the top block has it."""
-    body: List[cst.BaseStatement] = list(module.body)
-    index = 0
-    while index < len(body) and (_is_import_line(body[index]) or _is_docstring(body[index], index)):
-        index += 1
-    lines = [] if any(_imports_roundpipe(s) for s in body[:index]) else ["import roundpipe\n"]
-    lines.append(f"{plan.microbatch} = 1{_MICROBATCH_NOTE}\n")
-    plan.edits.insert_before(module, index, [cst.parse_statement(line) for line in lines])
-
-
-def _imports_roundpipe(statement: cst.BaseStatement) -> bool:
-    return m.matches(
-        statement, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(name=m.Name("roundpipe"), asname=None)])])
-    )
-
-
-def _is_import_line(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(
-        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
-    )
-
-
-def _is_docstring(statement: cst.BaseStatement, position: int) -> bool:
-    return (
-        position == 0
-        and isinstance(statement, cst.SimpleStatementLine)
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )

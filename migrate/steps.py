@@ -682,7 +682,8 @@ class StepBuilder:
         # The loss is logged as the loss function saw it, unscaled: dividing the returned
         # (scaled) sum by the scale would give inf once loss * scale overflows.
         scope = self.facts.scope(forward.model_call)
-        if forward.loss_name and scope is not None and any(not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
+        logged = forward.loss_name if forward.loss_name and self._read_elsewhere(region, forward) else None
+        if logged and scope is not None and any(not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
             raise Blocked(
                 forward.model_call,
                 "RPM106",
@@ -690,7 +691,7 @@ class StepBuilder:
                 "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
                 "not migrated",
             )
-        losses = self._fresh("_losses") if forward.loss_name else None
+        losses = self._fresh("_losses") if logged else None
         capture = [f"{losses}.append({forward.loss_name}.detach().cpu(){divisor})\n"] if losses else []
         call_line = f"{forward.output_name} = {call_text}\n" if forward.return_outputs else f"{call_text}\n"
         after = (
@@ -722,6 +723,17 @@ class StepBuilder:
                 lambda updated: [s for s, keep in zip(updated, outside_moved) if not keep],
             )
         plan.rewrites.append((forward.model_call, "forward + loss -> model.forward_backward(loss_fn=...)"))
+
+    def _read_elsewhere(self, region: "ForwardRegion", forward: "ForwardPlan") -> bool:
+        """The loss variable is used besides the forward and the backward (or is a global,
+        which any code may read): only then does the migrated code rebuild it."""
+        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+        if function is None:
+            return True
+        statements = region.statements[region.start : region.end] + region.outside
+        skipped: Set[cst.CSTNode] = {s for s, inside in zip(statements, forward.moved) if inside}
+        skipped.add(self.backward)
+        return bool({forward.loss_name, "locals", "vars"} & names_outside(self.facts, function, skipped))
 
     @staticmethod
     def _call_arguments(forward: "ForwardPlan", labels: List[str]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -17,6 +17,8 @@ __all__ = [
     "names_in",
     "assigned_names",
     "is_assignment_line",
+    "is_import_line",
+    "leading_lines",
     "is_plain_line",
     "written_and_read",
     "names_outside",
@@ -91,6 +93,21 @@ def assigned_names(statement: cst.BaseStatement) -> List[str]:
 def is_assignment_line(statement: cst.BaseStatement) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) for small in statement.body
+    )
+
+
+def leading_lines(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    """The blank and comment lines before ``statement`` (libcst declares them on the two
+    kinds of statement, not on their base class)."""
+    if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        return statement.leading_lines
+    return ()
+
+
+def is_import_line(statement: cst.BaseStatement) -> bool:
+    """A line of only ``import`` / ``from ... import`` statements."""
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
     )
 
 

@@ -23,7 +23,7 @@ caller leaves the whole file untouched with that diagnostic.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Set, Tuple, TypeVar
+from typing import Callable, List, Optional, Set, Tuple, TypeVar, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -363,24 +363,34 @@ class TorchAmpRules:
         """Remove ``GradScaler`` from imports whose every use was a rewritten constructor
         (so migrated scripts keep no dead torch import)."""
         for call in self._rewritten_constructors:
-            if not isinstance(call.func, cst.Name):
+            # ``GradScaler(...)`` from ``from m import GradScaler``, or ``A.GradScaler(...)``
+            # from ``import m as A``
+            imported = call.func.value if isinstance(call.func, cst.Attribute) else call.func
+            if not isinstance(imported, cst.Name):
                 continue
-            name = call.func.value
+            name = imported.value
             scope = self.facts.scope(call)
             assignments = list(scope[name]) if scope is not None else []
-            if not assignments or not all(isinstance(a.node, cst.ImportFrom) for a in assignments):
+            module_alias = imported is not call.func
+            kind = cst.Import if module_alias else cst.ImportFrom
+            if not assignments or not all(isinstance(a.node, kind) for a in assignments):
                 continue
             uses = [r.node for a in assignments for r in a.references]
-            if not all(self._is_rewritten_constructor(use) for use in uses):
+            if not all(self._is_rewritten_constructor(self._attribute_of(use, module_alias)) for use in uses):
                 continue
             for assignment in assignments:
                 self._drop_import_name(assignment.node, name)
+
+    def _attribute_of(self, use: cst.CSTNode, module_alias: bool) -> cst.CSTNode:
+        """``A.GradScaler`` for a use of the module alias ``A`` (``use`` itself otherwise)."""
+        parent = self.facts.parent(use) if module_alias else None
+        return parent if parent is not None else use
 
     def _is_rewritten_constructor(self, node: cst.CSTNode) -> bool:
         parent = self.facts.parent(node)
         return isinstance(parent, cst.Call) and parent.func is node and parent in self._rewritten_constructors
 
-    def _drop_import_name(self, statement: cst.ImportFrom, name: str) -> None:
+    def _drop_import_name(self, statement: Union[cst.Import, cst.ImportFrom], name: str) -> None:
         if id(statement) in self._dropped_imports:
             return
         self._dropped_imports.add(id(statement))

@@ -130,7 +130,8 @@ def test_result_records_every_change_with_original_and_new_lines():
     assert "optimizer.zero_grad(set_to_none=True)" in [line.strip() for line in after[moved.new[0] - 1 : moved.new[1]]]
     removed = [before[c.original[0] - 1].strip() for c in result.changes if c.kind == "removed"]
     assert "scaler.scale(loss).backward()" in removed
-    assert result.changes[0].to_json() == {"kind": "inserted", "original_lines": None, "new_lines": [9, 10]}
+    assert result.changes[0].to_json() == {"kind": "inserted", "original_lines": None, "new_lines": [7, 7]}
+    assert after[6] == "import roundpipe"  # sorted into the import block
     assert migrate_source("x = 1\n").changes == []
 
 

@@ -121,8 +121,8 @@ RULE = Rule(
             _WORK_BETWEEN,
             expect=(
                 "        if step < 10:\n            loss = loss * (step + 1) / 10  # warm-up\n"
-                "        scaler.scale(loss).backward()\n        def _step_fn():\n"
-                "            scaler.step(optimizer)\n            optimizer.zero_grad()\n"
+                "        scaler.scale(loss).backward()\n\n        def _step_fn():\n"
+                "            scaler.step(optimizer)\n            optimizer.zero_grad()\n\n"
                 "        model.step(_step_fn)\n        scaler.update()\n",
                 "optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)",
             ),
@@ -130,10 +130,10 @@ RULE = Rule(
         Example(
             _MICRO_STEPS,
             expect=(
-                "            scaler.scale(loss).backward()\n        def _step_fn():\n"
+                "            scaler.scale(loss).backward()\n\n        def _step_fn():\n"
                 "            if clip:\n                scaler.unscale_(optimizer)\n"
                 "                torch.nn.utils.clip_grad_norm_(model.optim_parameters(), clip)\n"
-                "            scaler.step(optimizer)\n            optimizer.zero_grad(set_to_none=True)\n"
+                "            scaler.step(optimizer)\n            optimizer.zero_grad(set_to_none=True)\n\n"
                 "        model.step(_step_fn)\n        scaler.update()\n",
             ),
         ),
@@ -141,7 +141,7 @@ RULE = Rule(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        if x is not None:\n            print(aux)\n        with torch.autocast("cuda"):\n            out = model(x)\n            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             expect=(
                 "            aux = out.mean()\n            loss = torch.nn.functional.mse_loss(out, y) + aux\n"
-                "        scaler.scale(loss).backward()\n        def _step_fn():\n",
+                "        scaler.scale(loss).backward()\n\n        def _step_fn():\n",
             ),
         ),
         Example(

@@ -20,7 +20,7 @@ RULE = Rule(
         Example(
             '"""Docstring."""\nimport torch\n\nNUM_MICROBATCH = 8\nimport math  # a late import\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             expect=(
-                '"""Docstring."""\nimport torch\nimport roundpipe\nNUM_MICROBATCH_2 = 1',
+                '"""Docstring."""\nimport roundpipe\nimport torch\n\nNUM_MICROBATCH_2 = 1',
                 "num_microbatch=NUM_MICROBATCH_2",
             ),
         ),

@@ -20,7 +20,7 @@ RULE = Rule(
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        seen = x.shape[0]  # bookkeeping\n        x, y = next(iter(batches))  # the next batch\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             expect=(
-                "loss = sum(_losses)\n        seen = x.shape[0]  # bookkeeping\n        x, y = next(iter(batches))  # the next batch\n",
+                "model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)\n        seen = x.shape[0]  # bookkeeping\n        x, y = next(iter(batches))  # the next batch\n",
             ),
         ),
         Example(

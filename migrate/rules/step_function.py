@@ -32,7 +32,7 @@ RULE = Rule(
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             expect=(
-                "def _step_fn():\n            scaler.unscale_(optimizer)\n            torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)\n            scaler.step(optimizer)\n            optimizer.zero_grad()\n        model.step(_step_fn)\n        scaler.update()",
+                "def _step_fn():\n            scaler.unscale_(optimizer)\n            torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)\n            scaler.step(optimizer)\n            optimizer.zero_grad()\n\n        model.step(_step_fn)\n        scaler.update()",
             ),
         ),
         Example(

@@ -70,20 +70,20 @@ RULE = Rule(
             _OPTIONAL,
             expect=(
                 'scaler = roundpipe.GradScaler("cuda") if amp else None',
-                "        if scaler is not None:\n            scaler.scale(loss).backward()\n"
-                "            def _step_fn():\n                scaler.step(optimizer)\n"
+                "        if scaler is not None:\n            scaler.scale(loss).backward()\n\n"
+                "            def _step_fn():\n                scaler.step(optimizer)\n\n"
                 "            model.step(_step_fn)\n            scaler.update()\n"
-                "        else:\n            loss.backward()\n            def _step_fn_2():\n"
-                "                optimizer.step()\n            model.step(_step_fn_2)\n",
+                "        else:\n            loss.backward()\n\n            def _step_fn_2():\n"
+                "                optimizer.step()\n\n            model.step(_step_fn_2)\n",
                 "        model.synchronize()\n        optimizer.zero_grad()\n",
             ),
         ),
         Example(
             _TWO_PATHS,
             expect=(
-                "            loss.backward()\n            def _step_fn_2():\n"
+                "            loss.backward()\n\n            def _step_fn_2():\n"
                 "                torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)\n"
-                "                optimizer.step()\n            model.step(_step_fn_2)\n",
+                "                optimizer.step()\n\n            model.step(_step_fn_2)\n",
                 "        model.synchronize()\n        optimizer.zero_grad()\n",
             ),
         ),

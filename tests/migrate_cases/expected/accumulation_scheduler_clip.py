@@ -1,6 +1,7 @@
+import roundpipe
 import torch
 from torch import nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -14,10 +15,12 @@ def main(loader, accum_steps=4):
 
     for i, (x, y) in enumerate(loader):
         with torch.autocast("cpu", dtype=torch.bfloat16):
+
             def _loss_fn(out, y):
                 loss = criterion(out, y) / accum_steps  # average over the accumulation window
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
             loss = sum(_losses)
@@ -30,6 +33,7 @@ def main(loader, accum_steps=4):
                 scaler.step(optimizer)
                 optimizer.zero_grad()
                 scheduler.step()
+
             model.step(_step_fn)
             scaler.update()
             print(f"step {i} loss {running:.4f} scale {scaler.get_scale()}")

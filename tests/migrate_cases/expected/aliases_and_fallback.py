@@ -1,7 +1,7 @@
 """Aliased imports, an import inside a function and a try/except fallback."""
-import torch
-import torch.cuda.amp as A
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 # older torch
@@ -9,6 +9,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 
 def run(model, batches, use_amp):
     from torch.amp import autocast as ac
+
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
 
     opt = torch.optim.Adam(model.optim_parameters())
@@ -16,16 +17,17 @@ def run(model, batches, use_amp):
     for batch in batches:
         inputs, labels = batch
         with ac("cuda", enabled=use_amp):
+
             def _loss_fn(logits, labels):
                 loss = torch.nn.functional.cross_entropy(logits, labels)
-                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            _losses = []
+
             model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn)
-            loss = sum(_losses)
+
         def _step_fn():
             scaler.step(opt)
             opt.zero_grad(set_to_none=True)
+
         model.step(_step_fn)
         scaler.update()
     spare = roundpipe.GradScaler("cuda", enabled=False)  # the legacy alias, never stepped

@@ -4,9 +4,10 @@ Gradients from `accum_steps` micro-batches are summed before one optimizer
 step. The scaler is stepped and updated only on those boundaries.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -40,12 +41,14 @@ def main():
         targets = labels_all[i].to(device)
 
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
+
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
                 # Average over the accumulation window.
                 loss = loss / accum_steps
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
             loss = sum(_losses)
@@ -53,11 +56,13 @@ def main():
         # Gradients keep accumulating in .grad until the next optimizer step.
 
         if (i + 1) % accum_steps == 0:
+
             def _step_fn():
                 scaler.step(optimizer)
                 optimizer.zero_grad()
                 # The schedule advances once per real optimizer step.
                 scheduler.step()
+
             model.step(_step_fn)
             scaler.update()
 

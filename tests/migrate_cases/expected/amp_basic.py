@@ -4,9 +4,10 @@ A small MLP learns a synthetic regression target. The GradScaler multiplies the
 loss before backward and unscales the gradients inside scaler.step().
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -39,13 +40,14 @@ def main():
 
     model.train()
     for step, (x, y) in enumerate(batches):
-
         # Forward pass and loss run in reduced precision.
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
+
             def _loss_fn(output, y):
                 loss = criterion(output, y)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
             loss = sum(_losses)
@@ -55,6 +57,7 @@ def main():
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
+
         model.step(_step_fn)
         scaler.update()
 

@@ -4,9 +4,10 @@ A small init_scale and growth_interval make the loss scale grow during the
 run, so the logged scale changes.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -30,10 +31,12 @@ def main():
         targets = inputs @ weights + 0.05 * torch.randn(24, 1)
         inputs, targets = inputs.to(device), targets.to(device)
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
+
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
             loss = sum(_losses)
@@ -46,6 +49,7 @@ def main():
             # step() knows the gradients are already unscaled and will not do it twice.
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
 

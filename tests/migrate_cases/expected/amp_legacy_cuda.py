@@ -4,10 +4,11 @@ AMP is only switched on when CUDA is present; on a CPU-only machine the scaler
 and autocast are disabled and the loop runs in full precision.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
 from torch.cuda import amp
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -38,16 +39,20 @@ def main():
         targets = labels[step].to(device)
         # Autocast region: the forward pass and the loss.
         with amp.autocast(enabled=use_amp):
+
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
             loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
 

@@ -4,9 +4,10 @@ The autocast outputs feed an accuracy metric once the optimizer has stepped,
 so the forward results must stay available after backward.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -41,17 +42,26 @@ def main():
         labels = all_labels[step].to(device)
 
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
+
             def _loss_fn(logits, labels):
                 loss = criterion(logits, labels)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
-            logits = model.forward_backward(input_args=(inputs,), label=labels, loss_fn=_loss_fn, return_outputs=True)[1]
+            logits = model.forward_backward(
+                input_args=(inputs,),
+                label=labels,
+                loss_fn=_loss_fn,
+                return_outputs=True,
+            )[1]
             loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             # Clear gradients through the module rather than the optimizer.
             optimizer.zero_grad(set_to_none=True)
+
         model.step(_step_fn)
         scaler.update()
 

@@ -7,9 +7,10 @@ train_one_epoch(). The scaler state is saved and restored with the rest.
 import os
 import tempfile
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 STEPS_PER_EPOCH = 4
@@ -22,10 +23,12 @@ def train_one_epoch(model, optimizer, scaler, batches, epoch):
     for i, (inputs, targets) in enumerate(batches):
         global_step = epoch * len(batches) + i
         with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+
             def _loss_fn(output, targets):
                 loss = criterion(output, targets)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
             loss = sum(_losses)
@@ -34,6 +37,7 @@ def train_one_epoch(model, optimizer, scaler, batches, epoch):
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
 

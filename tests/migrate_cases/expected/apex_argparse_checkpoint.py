@@ -10,9 +10,10 @@ import argparse
 import os
 import tempfile
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -20,17 +21,21 @@ def train(model, optimizer, criterion, batches, start_step):
     step = start_step
     amp_scaler = roundpipe.compat.loss_scaler()
     for inputs, targets in batches:
+
         def _loss_fn(output, targets):
             loss = criterion(output, targets)
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
         loss = sum(_losses)
+
         # amp multiplies the loss by the current scale before backward.
         def _step_fn():
             amp_scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         amp_scaler.update()
         print(f"step {step} loss {loss.item():.6f}")
@@ -73,7 +78,11 @@ def main():
         path = os.path.join(tmpdir, "checkpoint.pt")
         model.synchronize()
         torch.save(
-            {"model": model.model.state_dict(), "optimizer": optimizer.state_dict(), "amp": roundpipe.compat.state_dict()},
+            {
+                "model": model.model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "amp": roundpipe.compat.state_dict(),
+            },
             path,
         )
         print("saved")

@@ -5,9 +5,10 @@ and wrapped the optimizer in FP16_Optimizer, which keeps fp32 master weights and
 the loss inside optimizer.backward(loss). apex's transition guide maps this to O2.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -29,17 +30,21 @@ def main():
     amp_scaler = roundpipe.compat.loss_scaler()
 
     for step, (inputs, targets) in enumerate(batches):
+
         def _loss_fn(output, targets):
             loss = criterion(output.float(), targets)  # the loss itself in fp32
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
         loss = sum(_losses)
+
         # FP16_Optimizer scales the loss, back-propagates and copies grads to the masters.
         def _step_fn():
             amp_scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         amp_scaler.update()
         print(f"step {step} loss {loss.item():.6f}")

@@ -5,9 +5,10 @@ amp.initialize is told to expect two losses; the summed loss is backpropagated
 through loss_id=0 in one amp.scale_loss block. Needs CUDA and apex <= 25.05.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -45,6 +46,7 @@ def main():
             loss = loss_a + loss_b
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
         loss = sum(_losses)
@@ -53,6 +55,7 @@ def main():
         def _step_fn():
             amp_scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         amp_scaler.update()
 

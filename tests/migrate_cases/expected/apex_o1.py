@@ -6,9 +6,10 @@ amp.scale_loss and the gradients are unscaled when the block exits.
 Requires a CUDA machine with apex <= 25.05 (apex.amp was removed later).
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -49,6 +50,7 @@ def main():
             loss = criterion(output, targets)
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
         loss = sum(_losses)
@@ -58,6 +60,7 @@ def main():
         def _step_fn():
             amp_scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         amp_scaler.update()
 

@@ -6,9 +6,10 @@ Gradients are clipped on amp.master_params(optimizer), the fp32 masters,
 after they have been unscaled. Needs CUDA and apex <= 25.05.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -47,13 +48,16 @@ def main():
     model.train()
     amp_scaler = roundpipe.compat.loss_scaler()
     for step, (inputs, targets) in enumerate(batches):
+
         def _loss_fn(output, targets):
             loss = criterion(output, targets)
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
         loss = sum(_losses)
+
         # The scaled backward fills the fp16 grads; amp copies them to the
         # fp32 master grads and unscales those when the block exits.
         # Clip the (already unscaled) fp32 master gradients.
@@ -63,6 +67,7 @@ def main():
             amp_scaler.step(optimizer)
             scheduler.step()
             optimizer.zero_grad()
+
         model.step(_step_fn)
         amp_scaler.update()
 

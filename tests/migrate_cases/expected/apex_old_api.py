@@ -7,9 +7,10 @@ dynamic. Only early apex releases implement this API; the transition guide
 replaces it with amp.initialize(..., opt_level="O1") and amp.scale_loss.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -44,6 +45,7 @@ def main():
             loss = criterion(output, targets)
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return amp_scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(inputs,), label=targets, loss_fn=_loss_fn)
         loss = sum(_losses)
@@ -52,6 +54,7 @@ def main():
         def _step_fn():
             amp_scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         amp_scaler.update()
 

@@ -4,8 +4,9 @@ clipping under a condition."""
 
 import contextlib
 
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -22,12 +23,14 @@ def train(model, get_batch, max_iters, micro_steps, dtype, grad_clip):
                 loss = loss / micro_steps  # scale the loss to account for accumulation
             x, y = get_batch()  # prefetch while the backward runs
             scaler.scale(loss).backward()
+
         def _step_fn():
             if grad_clip != 0.0:
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.optim_parameters(), grad_clip)
             scaler.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
+
         model.step(_step_fn)
         scaler.update()
         print(f"iter {it}: loss {loss.item() * micro_steps:.4f}")

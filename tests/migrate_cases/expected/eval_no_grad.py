@@ -1,5 +1,6 @@
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 def main(model, loader, val_x):
@@ -7,15 +8,16 @@ def main(model, loader, val_x):
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)
     scaler = roundpipe.GradScaler("cpu")
     for x, y in loader:
+
         def _loss_fn(_outputs, y):
             loss = torch.nn.functional.mse_loss(_outputs, y)
-            _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return scaler.scale(loss) / NUM_MICROBATCH
-        _losses = []
+
         model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
-        loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
+
         model.step(_step_fn)
         scaler.update()
         model.synchronize()

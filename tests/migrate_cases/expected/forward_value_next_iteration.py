@@ -6,8 +6,9 @@ unbound), so the forward and the loss stay as written and only the optimizer wor
 into the step function.
 """
 
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -21,9 +22,11 @@ def train(model, optimizer, batches):
             aux = out.pow(2).mean()
             loss = torch.nn.functional.mse_loss(out, y) + 0.01 * aux
         scaler.scale(loss).backward()
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
 

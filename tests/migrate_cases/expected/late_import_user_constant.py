@@ -6,8 +6,9 @@ code uses it (no NameError), and the generated constant gets a name of its own."
 
 import sys
 
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH_2 = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 sys.path.insert(0, ".")
@@ -24,15 +25,16 @@ scaler = roundpipe.GradScaler("cpu")
 def train(loader):
     for x, y in loader:
         with torch.autocast("cpu", dtype=torch.bfloat16):
+
             def _loss_fn(_outputs, y):
                 loss = F.cross_entropy(_outputs, y) * NUM_MICROBATCH
-                _losses.append(loss.detach().cpu() / NUM_MICROBATCH_2)
                 return scaler.scale(loss) / NUM_MICROBATCH_2
-            _losses = []
+
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
-            loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()

@@ -1,6 +1,7 @@
+import roundpipe
 import torch
 from torch.cuda import amp
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -10,15 +11,16 @@ def train(model, data, lr):
     scaler = roundpipe.GradScaler("cuda", 2.0 ** 10, 3.0, enabled=torch.cuda.is_available())  # legacy spelling
     for x, y in data:
         with amp.autocast(torch.cuda.is_available()):
+
             def _loss_fn(pred, y):
                 loss = ((pred - y) ** 2).mean()
-                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            _losses = []
+
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
-            loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()

@@ -1,6 +1,7 @@
+import roundpipe
 import torch
 import torch.nn.functional as F
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -10,17 +11,18 @@ def train(model, batches, device):
     scaler = roundpipe.GradScaler(device)
     for x, y in batches:
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
+
             def _loss_fn(logits, y):
                 with torch.autocast(device_type=device, enabled=False):
                     # the loss in full precision, outside autocast
                     loss = F.cross_entropy(logits.float(), y)
-                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            _losses = []
+
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
-            loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()

@@ -7,9 +7,10 @@ the write (and before the print that reads the lr); with --exact the step has fi
 when `model.step` returns and nothing is added.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -26,16 +27,20 @@ def main():
     batches = [(torch.randn(16, 8), torch.randn(16, 1)) for _ in range(8)]
     for step, (x, y) in enumerate(batches):
         with torch.autocast("cpu", dtype=torch.bfloat16):
+
             def _loss_fn(_outputs, y):
                 loss = nn.functional.mse_loss(_outputs.float(), y)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
             loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
         model.synchronize()

@@ -6,8 +6,9 @@ stay where they run (after `forward_backward`, which returns the outputs they re
 `optimizer.zero_grad()` before the backward moves to the end of the step function.
 """
 
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -19,19 +20,28 @@ def train(loader, model, criterion, optimizer, scaler, losses, top1):
     model.train()
     for i, (images, target) in enumerate(loader):
         with torch.autocast("cuda"):
+
             def _loss_fn(output, target):
                 loss = criterion(output, target)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
-            output = model.forward_backward(input_args=(images,), label=target, loss_fn=_loss_fn, return_outputs=True)[1]
+            output = model.forward_backward(
+                input_args=(images,),
+                label=target,
+                loss_fn=_loss_fn,
+                return_outputs=True,
+            )[1]
             loss = sum(_losses)
         acc1, acc5 = accuracy(output, target, topk=(1, 5))
         losses.append((loss.item(), images.size(0)))
         top1.append(acc1)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
 

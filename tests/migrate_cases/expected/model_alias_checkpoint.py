@@ -4,8 +4,9 @@
 as the wrapped model, so its `state_dict()` goes through the wrapped module too, after a
 synchronize."""
 
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -17,16 +18,17 @@ def main(loader, path):
     scaler = roundpipe.GradScaler("cuda")
     for x, y in loader:
         with torch.autocast("cuda"):
+
             def _loss_fn(_outputs, y):
                 loss = torch.nn.functional.cross_entropy(_outputs, y)
-                _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
-            _losses = []
+
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
-            loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
     raw_model.synchronize()

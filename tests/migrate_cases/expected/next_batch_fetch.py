@@ -7,9 +7,10 @@ same order. The huge initial scale makes loss * scale overflow float32 for the f
 the logged loss must stay the real loss.
 """
 
+import roundpipe
 import torch
 import torch.nn as nn
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -24,18 +25,22 @@ def main():
     x, y = next(data)
     for step in range(12):
         with torch.autocast("cpu", dtype=torch.bfloat16):
+
             def _loss_fn(out, y):
                 loss = nn.functional.mse_loss(out.float(), y)
                 _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
                 return scaler.scale(loss) / NUM_MICROBATCH
+
             _losses = []
             model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
             loss = sum(_losses)
         seen += x.shape[0]  # bookkeeping: stays where it runs
         x, y = next(data)  # the next batch: fetched after this loss, as before
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
         print(f"step {step} loss {loss.item():.6f} seen {seen} scale {scaler.get_scale()}")

@@ -1,8 +1,9 @@
 """Two-path AMP: an optional scaler (None without AMP) guarded by `is not None`, the plain
 branch with its own backward and step; both take RoundPipe's form."""
 
-import torch
 import roundpipe
+import torch
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -18,16 +19,20 @@ def train(model, loader, use_amp, clip):
         loss = torch.nn.functional.cross_entropy(out.float(), y)
         if scaler is not None:
             scaler.scale(loss).backward()  # AMP path
+
             def _step_fn():
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.optim_parameters(), clip)
                 scaler.step(optimizer)
+
             model.step(_step_fn)
             scaler.update()
         else:
             loss.backward()  # plain path
+
             def _step_fn_2():
                 torch.nn.utils.clip_grad_norm_(model.optim_parameters(), clip)
                 optimizer.step()
+
             model.step(_step_fn_2)
         print(f"loss {loss.item():.4f}")

@@ -1,6 +1,7 @@
+import roundpipe
 import torch
 import torch.nn.functional as F
-import roundpipe
+
 NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are divided by it
 
 
@@ -13,16 +14,20 @@ def train(model, loader, max_steps):
     while step < max_steps:
         batch = next(it)
         x, y = batch["x"], batch["y"]
+
         def _loss_fn(_outputs, y):
             loss = F.mse_loss(_outputs, y)  # forward inside the loss call
             _losses.append(loss.detach().cpu() / NUM_MICROBATCH)
             return scaler.scale(loss) / NUM_MICROBATCH
+
         _losses = []
         model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)
         loss = sum(_losses)
+
         def _step_fn():
             scaler.step(optimizer)
             optimizer.zero_grad()
+
         model.step(_step_fn)
         scaler.update()
         if step % 10 == 0:

@@ -1,0 +1,132 @@
+"""Wrap the migrated lines that came out longer than :data:`LINE_LENGTH`.
+
+A rewrite makes lines longer: a generated ``model.forward_backward(input_args=..., label=...,
+loss_fn=..., return_outputs=True)[1]``, a user's ``model.state_dict()`` that became
+``model.model.state_dict()``. :func:`wrap_long_lines` splits such a line the way black and
+ruff format do when a call or a display carries a trailing comma: one element per line, one
+indentation step in, the closing bracket back on its own line. A formatter leaves that form
+as it is, so a file that was formatted stays formatted.
+
+Only lines the migration wrote are wrapped: a line whose text is a line of the original file
+is the user's and stays as it was, however long. On a wrapped line the outermost call, dict,
+list or set that starts and ends on it is split; a part still too long is split the same way
+in the next round.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+__all__ = ["LINE_LENGTH", "wrap_long_lines"]
+
+#: The line length generated code keeps to (ruff's ``E501`` at this project's setting). The
+#: codemod cannot know a user's formatter configuration; a longer limit there wraps less.
+LINE_LENGTH = 120
+_ROUNDS = 8  # each round splits one bracket level of every long line
+
+Splittable = Union[cst.Call, cst.Dict, cst.List, cst.Set]
+
+
+def wrap_long_lines(module: cst.Module, original: str) -> str:
+    """The code of ``module`` (the migration of the text ``original``) with its new long
+    lines wrapped."""
+    user_lines = set(original.splitlines())
+    for _ in range(_ROUNDS):
+        text = module.code
+        lines = text.splitlines()
+        long_lines = {
+            number for number, line in enumerate(lines, 1) if len(line) > LINE_LENGTH and line not in user_lines
+        }
+        if not long_lines:
+            return text
+        wrapper = MetadataWrapper(module)
+        finder = _OutermostSplittable(long_lines)
+        wrapper.visit(finder)
+        if not finder.found:
+            return text
+        indents = {id(node): _indent_of(lines[line - 1]) for line, node in finder.found.items()}
+        module = wrapper.module.visit(_Split(indents, module.default_indent))
+    return module.code
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+class _OutermostSplittable(cst.CSTVisitor):
+    """For each of ``lines``, the outermost splittable node lying on that line alone."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, lines: Set[int]) -> None:
+        super().__init__()
+        self._lines = lines
+        self._in_fstring = 0
+        self.found: Dict[int, Splittable] = {}
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self._in_fstring += 1  # a line break inside an f-string is not valid before 3.12
+
+    def leave_FormattedString(self, original_node: cst.FormattedString) -> None:
+        self._in_fstring -= 1
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if not super().on_visit(node):
+            return False
+        if self._in_fstring or not isinstance(node, (cst.Call, cst.Dict, cst.List, cst.Set)):
+            return True
+        where = self.get_metadata(PositionProvider, node)
+        line = where.start.line
+        if line == where.end.line and line in self._lines and line not in self.found and _elements(node):
+            if not (isinstance(node, cst.Call) and _bare_generator(node)):
+                self.found[line] = node
+        return True
+
+
+def _elements(node: Splittable) -> List[cst.CSTNode]:
+    return list(node.args if isinstance(node, cst.Call) else node.elements)
+
+
+def _bare_generator(call: cst.Call) -> bool:
+    """``f(x for x in y)``: a trailing comma would not be valid there."""
+    return any(isinstance(arg.value, cst.GeneratorExp) and not arg.value.lpar for arg in call.args)
+
+
+class _Split(cst.CSTTransformer):
+    """Splits the nodes keyed (by id) in ``indents``, whose lines start with that indentation."""
+
+    def __init__(self, indents: Dict[int, str], step: str) -> None:
+        super().__init__()
+        self._indents = indents
+        self._step = step
+
+    def on_leave(self, original_node, updated_node):
+        indent: Optional[str] = self._indents.get(id(original_node))
+        if indent is None:
+            return updated_node
+        inner, outer = _break(indent + self._step), _break(indent)
+        elements = _elements(updated_node)
+        split = [
+            element.with_changes(comma=cst.Comma(whitespace_after=inner if i < len(elements) - 1 else outer))
+            for i, element in enumerate(elements)
+        ]
+        if isinstance(updated_node, cst.Call):
+            split = [arg.with_changes(whitespace_after_arg=cst.SimpleWhitespace("")) for arg in split]
+            return updated_node.with_changes(args=split, whitespace_before_args=inner)
+        if isinstance(updated_node, cst.List):
+            return updated_node.with_changes(
+                elements=split,
+                lbracket=cst.LeftSquareBracket(whitespace_after=inner),
+                rbracket=cst.RightSquareBracket(),
+            )
+        return updated_node.with_changes(
+            elements=split, lbrace=cst.LeftCurlyBrace(whitespace_after=inner), rbrace=cst.RightCurlyBrace()
+        )
+
+
+def _break(indent: str) -> cst.ParenthesizedWhitespace:
+    """A line break inside brackets, the next line starting with ``indent``."""
+    return cst.ParenthesizedWhitespace(last_line=cst.SimpleWhitespace(indent), indent=False)
