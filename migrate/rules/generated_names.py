@@ -7,13 +7,13 @@ RULE = Rule(
     order=90,
     description="the roundpipe header goes into the top import block; generated names are fresh",
     codes=(),
-    implemented_in=("engine.py", "plan.py"),
+    implemented_in=("header.py", "plan.py"),
     patterns=(
         Pattern(
             "generated names (`NUM_MICROBATCH`, `_loss_fn`, `_step_fn`, `_losses`, ...)",
-            "fresh: a name the file already uses gets a suffix (`NUM_MICROBATCH_2`); `import roundpipe` goes at the end of the top import block (before any module code) and is not repeated",
+            "fresh: a name the file already uses gets a suffix (`NUM_MICROBATCH_2`); `import roundpipe` is sorted into the top import block (where isort or ruff would put it, before any module code) and is not repeated; `NUM_MICROBATCH = 1` follows the block",
             "生成的名字（`NUM_MICROBATCH`、`_loss_fn`、`_step_fn`、`_losses` 等）",
-            "总是新名字：文件里已用过的名字会加后缀（`NUM_MICROBATCH_2`）；`import roundpipe` 放在顶部导入块的末尾（在任何模块代码之前），且不会重复",
+            "总是新名字：文件里已用过的名字会加后缀（`NUM_MICROBATCH_2`）；`import roundpipe` 按排序插入顶部导入块（即 isort 或 ruff 会放的位置，在任何模块代码之前），且不会重复；`NUM_MICROBATCH = 1` 紧随该导入块",
         ),
     ),
     examples=(

@@ -11,9 +11,9 @@ RULE = Rule(
     patterns=(
         Pattern(
             "`out = model(inputs)` + the statements computing `loss`",
-            "a nested `_loss_fn(out, labels)` with exactly the statements the loss depends on, returning `scaler.scale(loss) / NUM_MICROBATCH`; `loss` is then the sum of the unscaled per-microbatch losses the loss function saw (`_losses`), so it logs the original's value at any scale (dividing the returned scaled sum by `get_scale()` would give inf once loss × scale overflows float32)",
+            "a nested `_loss_fn(out, labels)` with exactly the statements the loss depends on, returning `scaler.scale(loss) / NUM_MICROBATCH`; where the code reads `loss` after the backward, `loss` is then the sum of the unscaled per-microbatch losses the loss function saw (`_losses`; not built when nothing reads it), so it logs the original's value at any scale (dividing the returned scaled sum by `get_scale()` would give inf once loss × scale overflows float32)",
             "`out = model(inputs)` 加上计算 `loss` 的语句",
-            "一个嵌套的 `_loss_fn(out, labels)`，只包含损失真正依赖的语句，返回 `scaler.scale(loss) / NUM_MICROBATCH`；之后 `loss` 是损失函数内看到的各微批次未缩放损失之和（`_losses`），因此在任何缩放值下记录的都是原脚本的值（若把返回的已缩放之和除以 `get_scale()`，一旦 loss × scale 超出 float32 范围就会得到 inf）",
+            "一个嵌套的 `_loss_fn(out, labels)`，只包含损失真正依赖的语句，返回 `scaler.scale(loss) / NUM_MICROBATCH`；若代码在反向传播之后还读取 `loss`，之后 `loss` 是损失函数内看到的各微批次未缩放损失之和（`_losses`；没有代码读取时不生成），因此在任何缩放值下记录的都是原脚本的值（若把返回的已缩放之和除以 `get_scale()`，一旦 loss × scale 超出 float32 范围就会得到 inf）",
         ),
         Pattern(
             "labels",
