@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import threading
 import time
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -52,6 +53,34 @@ def timed_both(fn: Callable[[], None], cpu: List[float]) -> float:
     fn()
     cpu.append(time.thread_time() - thread)
     return time.perf_counter() - wall
+
+
+def thread_cpu_clock(name: str) -> Callable[[], float]:
+    """A clock of the CPU seconds used so far by the live thread called ``name`` (Linux:
+    its pthread CPU-time clock, read from any thread)."""
+    thread = next(t for t in threading.enumerate() if t.name == name)
+    assert thread.ident is not None
+    clock = time.pthread_getcpuclockid(thread.ident)
+    return lambda: time.clock_gettime(clock)
+
+
+class CpuShares:
+    """Timed rounds of one case that also record CPU seconds: the calling thread's, a
+    second thread's (``other``: its CPU clock) and the whole process's, per round."""
+
+    def __init__(self, fn: Callable[[], None], other: Callable[[], float]) -> None:
+        self._fn, self._other = fn, other
+        self.main: List[float] = []
+        self.other: List[float] = []
+        self.process: List[float] = []
+
+    def __call__(self) -> float:
+        main, other, process = time.thread_time(), self._other(), time.process_time()
+        wall = timed(self._fn)
+        self.main.append(time.thread_time() - main)
+        self.other.append(self._other() - other)
+        self.process.append(time.process_time() - process)
+        return wall
 
 
 def rounds(cases: Dict[str, Case], count: int) -> Dict[str, List[float]]:

@@ -102,25 +102,40 @@ class OptimizerCopies:
                 param.grad = None
         return handed
 
-    def hand_back_grads(self, handed: HandedGrads) -> None:
-        """Give gradient buffers the optimizer has let go of back to the model, zeroed.
+    def release_grads(self, handed: HandedGrads) -> HandedGrads:
+        """Zero, in place, the gradient buffers the optimizer has let go of; return them.
 
-        Call it once the step that received ``handed`` has finished. A buffer goes back only
-        to a model parameter of this module that has no gradient, and only when nothing else
-        holds it: its copy no longer does (the step function zeroed it with
-        ``set_to_none``) and no other tensor or name refers to it or its memory. The next
-        backward then accumulates into it in place (``0 + g``, as after torch's
-        ``zero_grad(set_to_none=False)``), so the same memory serves every iteration
-        instead of being freed and allocated (and first touched) again.
+        Runs on the thread of the step that received ``handed``, right after its step
+        function returned (so on the optimizer thread in asynchronous mode, and on its
+        CUDA stream there, the zeroing overlaps the next forward pass). Empties ``handed``.
+        A buffer is released only when nothing else holds it: its copy no longer does (the
+        step function zeroed it with ``set_to_none``) and no other tensor or name refers to
+        it or its memory. Nothing can reach a released buffer afterwards but the returned
+        mapping, for :meth:`hand_back_grads`.
         """
-        if not handed or self._copy_of is None:
-            return
+        released: HandedGrads = {}
         with torch.no_grad():
             while handed:
                 param, grad = handed.popitem()
-                if param.grad is None and param in self._copy_of and _unshared(grad):
-                    param.grad = grad.zero_()
-                    self._returned[param] = (grad, grad._version)
+                if _unshared(grad):
+                    released[param] = grad.zero_()
+        return released
+
+    def hand_back_grads(self, released: HandedGrads) -> None:
+        """Give buffers from :meth:`release_grads` back to the model, once that step is done.
+
+        Main thread. A buffer goes back only to a model parameter of this module that has
+        no gradient. The next backward then accumulates into it in place (``0 + g``, as
+        after torch's ``zero_grad(set_to_none=False)``), so the same memory serves every
+        iteration instead of being freed and allocated (and first touched) again.
+        """
+        if not released or self._copy_of is None:
+            return
+        for param, grad in released.items():
+            if param.grad is None and param in self._copy_of:
+                param.grad = grad
+                self._returned[param] = (grad, grad._version)
+        released.clear()
 
     def _untouched_since_returned(self, param: nn.Parameter, grad: torch.Tensor) -> bool:
         returned = self._returned.get(param)
