@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
 import threading
 import time
 from typing import Callable, Dict, List, Sequence, Tuple
@@ -34,6 +35,24 @@ def voluntary_switches() -> int:
     """Voluntary context switches of this process so far: a thread that blocks (a hop to
     another thread and back) adds at least one, whatever the load."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def python_calls(fn: Callable[[], None]) -> int:
+    """Python-level function calls made while ``fn`` runs on this thread (a count of the
+    interpreter work an overhead is made of, independent of the load)."""
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
 
 
 def timed(fn: Callable[[], None]) -> float:

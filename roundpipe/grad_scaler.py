@@ -293,6 +293,15 @@ class GradScaler(torch.amp.GradScaler):
             raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
         return scale
 
+    def _job_scale(self, record: _Iteration, funcname: str) -> torch.Tensor:
+        """Inside an optimizer job: the scale of the job's iteration ``record``, which the
+        launch hook fixed before the job was queued or run inline (what :meth:`_scale_for`
+        returns there, without asking which thread this is)."""
+        self._check_scale_growth_tracker(funcname)
+        if record.scale is None:
+            raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
+        return record.scale
+
     @staticmethod
     def _run_on_optimizer_thread(reason: str, fn: Any, *args: Any) -> Any:
         """Inside an optimizer job: ``fn(*args)``. Elsewhere: run it as the next optimizer
@@ -404,7 +413,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _unscale_inline(self, optimizer: torch.optim.Optimizer) -> None:
         record = self._caller_iteration()
-        scale = self._require_scale(record, "unscale_")
+        scale = self._job_scale(record, "unscale_")
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
@@ -438,7 +447,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _step_inline(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> Optional[Any]:
         record = self._caller_iteration()
-        scale = self._require_scale(record, "step")
+        scale = self._job_scale(record, "step")
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
