@@ -85,9 +85,9 @@ def thread_cpu_clock(name: str) -> Callable[[], float]:
 
 class CpuShares:
     """Timed rounds of one case that also record CPU seconds: the calling thread's, a
-    second thread's (``other``: its CPU clock) and the whole process's, per round."""
+    second thread's (``other``: its CPU clock, if given) and the whole process's, per round."""
 
-    def __init__(self, fn: Callable[[], None], other: Callable[[], float]) -> None:
+    def __init__(self, fn: Callable[[], None], other: Callable[[], float] = lambda: 0.0) -> None:
         self._fn, self._other = fn, other
         self.main: List[float] = []
         self.other: List[float] = []

@@ -99,7 +99,7 @@ def phases(net: torch.nn.Module, batches: Batches) -> Tuple[Callable[[], float],
     return forward_backward, step
 
 
-def two_threads(width: int, batches: Batches) -> Callable[[], float]:
+def two_threads(width: int, batches: Batches) -> Callable[[], None]:
     """The overlap this machine allows without RoundPipe: forward+backward of each batch on
     this thread while a plain ``threading.Thread`` runs one Adam step of a second, identical
     model, side by side."""
@@ -115,7 +115,7 @@ def two_threads(width: int, batches: Batches) -> Callable[[], float]:
             net.zero_grad(set_to_none=False)
             stepper.join()
 
-    return lambda: timed(run)
+    return run
 
 
 def loops(width: int, batch: int, iterations: int) -> Dict[str, Callable[[], None]]:
@@ -158,7 +158,8 @@ def overlap_row(count: int, iterations: int) -> None:
     cases: Dict[str, Callable[[], float]] = {"sync": serial, "async": shares}
     cases["forward_backward"] = fb
     cases["step"] = st
-    cases["two threads"] = two_threads(1024, data(1024, 64, iterations))
+    control = CpuShares(two_threads(1024, data(1024, 64, iterations)))
+    cases["two threads"] = control
     seconds = rounds(cases, count)
     ideal = [(f + s) / max(f, s) for f, s in zip(seconds["forward_backward"], seconds["step"])]
     machine = [(f + s) / t for f, s, t in zip(seconds["forward_backward"], seconds["step"], seconds["two threads"])]
@@ -174,15 +175,27 @@ def overlap_row(count: int, iterations: int) -> None:
         f"(spread {min(machine):.2f}–{max(machine):.2f}); what this machine allows now"
     )
     cores = [c / w for c, w in zip(shares.process, seconds["async"])]
+    control_cores = [c / w for c, w in zip(control.process, seconds["two threads"])]
     bound = [(sm + so) / max(m, o) for sm, so, m, o in zip(serial.main, serial.other, shares.main, shares.other)]
     print(
         f"    async rounds: main thread {statistics.median(shares.main) / iterations * 1e3:.1f} ms CPU, optimizer "
         f"thread {statistics.median(shares.other) / iterations * 1e3:.1f} ms CPU per iteration; cores the "
-        f"process got {statistics.median(cores):.2f} (spread {min(cores):.2f}–{max(cores):.2f})"
+        f"process got {median_spread(cores)}; in the two-thread rounds {median_spread(control_cores)}"
+    )
+    print(
+        "    process CPU per iteration: "
+        + ", ".join(
+            f"{name} {statistics.median(case.process) / iterations * 1e3:.1f} ms"
+            for name, case in (("sync", serial), ("async", shares), ("two threads", control))
+        )
     )
     print(
         ratio_row("overlap these CPU times allow on 2 free cores", (statistics.median(bound), min(bound), max(bound)))
     )
+
+
+def median_spread(values: List[float]) -> str:
+    return f"{statistics.median(values):.2f} (spread {min(values):.2f}–{max(values):.2f})"
 
 
 def tiny_row(count: int, iterations: int = 500) -> None:
