@@ -35,6 +35,9 @@ class OptimizerCopies:
         self._optim_dtype = optim_dtype
         self._copy_of: Optional[Dict[nn.Parameter, nn.Parameter]] = None
         self._pairs: List[Tuple[nn.Parameter, nn.Parameter]] = []
+        # The two sides of ``_pairs``, in its order, for the foreach copies of every step.
+        self._model_side: List[torch.Tensor] = []
+        self._copy_side: List[torch.Tensor] = []
         self._names: List[str] = []  # the module's name for each pair's parameter
         # Buffers given back by hand_back_grads, with their version counter at that moment:
         # one still at that version received no gradient since.
@@ -53,8 +56,13 @@ class OptimizerCopies:
                     copy = nn.Parameter(param.detach().to(dtype=dtype, copy=True))
                     self._copy_of[param] = copy
                     self._names.append(name)
-            self._pairs = list(self._copy_of.items())
+            self._pair_up(list(self._copy_of.items()))
         return self._copy_of
+
+    def _pair_up(self, pairs: List[Tuple[nn.Parameter, nn.Parameter]]) -> None:
+        self._pairs = pairs
+        self._model_side = [param for param, _ in pairs]
+        self._copy_side = [copy for _, copy in pairs]
 
     def named(self, prefix: str, remove_duplicate: bool) -> Iterator[Tuple[str, nn.Parameter]]:
         """``(name, copy)`` for every trainable parameter, named as in the wrapped module
@@ -155,7 +163,7 @@ class OptimizerCopies:
         """Write the copies' values into the model's parameters (cast to the model dtype)."""
         if self._pairs:
             with torch.no_grad():
-                torch._foreach_copy_([p for p, _ in self._pairs], [c for _, c in self._pairs])
+                torch._foreach_copy_(self._model_side, self._copy_side)
 
     def refresh_from_model(self) -> None:
         """Make the copies equal the model's parameters again (after loading weights).
@@ -166,10 +174,10 @@ class OptimizerCopies:
         if self._copy_of is None:
             return
         by_name = dict(self._module.named_parameters())
-        self._pairs = [(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)]
+        self._pair_up([(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)])
         self._copy_of = dict(self._pairs)
         with torch.no_grad():
-            torch._foreach_copy_([c for _, c in self._pairs], [p for p, _ in self._pairs])
+            torch._foreach_copy_(self._copy_side, self._model_side)
 
 
 def _refs_seen_by_a_callee(tensor: torch.Tensor) -> int:
