@@ -99,12 +99,9 @@ def drop_in_rows(width: int, depth: int, iterations: int, count: int) -> None:
         "    voluntary context switches per iteration: "
         + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in switches.items())
     )
-    calls = {name: python_calls(lambda n=name: DropInLoop(SCALERS[n], width, depth).run(10)) for name in SCALERS}
-    warm_up = {name: python_calls(lambda n=name: DropInLoop(SCALERS[n], width, depth).run(0)) for name in SCALERS}
-    print(
-        "    Python function calls per iteration: "
-        + ", ".join(f"{name} {(calls[name] - warm_up[name]) / 10:.0f}" for name in SCALERS)
-    )
+    warmed = {name: DropInLoop(make, width, depth) for name, make in SCALERS.items()}
+    calls = {name: python_calls(lambda loop=loop: loop.run(10)) / 10 for name, loop in warmed.items()}
+    print("    Python function calls per iteration: " + ", ".join(f"{name} {n:.0f}" for name, n in calls.items()))
 
 
 class ScaleUpdate:
