@@ -189,6 +189,11 @@ def overlap_row(count: int, iterations: int) -> None:
             for name, case in (("sync", serial), ("async", shares), ("two threads", control))
         )
     )
+    best = max(range(count), key=lambda index: cores[index])
+    print(
+        f"    in the async round that got the most cores ({cores[best]:.2f}): sync / async "
+        f"{seconds['sync'][best] / seconds['async'][best]:.3f}x"
+    )
     print(
         ratio_row("overlap these CPU times allow on 2 free cores", (statistics.median(bound), min(bound), max(bound)))
     )
