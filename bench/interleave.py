@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
+import threading
 import time
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -35,6 +37,24 @@ def voluntary_switches() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
 
 
+def python_calls(fn: Callable[[], None]) -> int:
+    """Python-level function calls made while ``fn`` runs on this thread (a count of the
+    interpreter work an overhead is made of, independent of the load)."""
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
 def timed(fn: Callable[[], None]) -> float:
     """Seconds one call of ``fn`` takes."""
     start = time.perf_counter()
@@ -52,6 +72,34 @@ def timed_both(fn: Callable[[], None], cpu: List[float]) -> float:
     fn()
     cpu.append(time.thread_time() - thread)
     return time.perf_counter() - wall
+
+
+def thread_cpu_clock(name: str) -> Callable[[], float]:
+    """A clock of the CPU seconds used so far by the live thread called ``name`` (Linux:
+    its pthread CPU-time clock, read from any thread)."""
+    thread = next(t for t in threading.enumerate() if t.name == name)
+    assert thread.ident is not None
+    clock = time.pthread_getcpuclockid(thread.ident)
+    return lambda: time.clock_gettime(clock)
+
+
+class CpuShares:
+    """Timed rounds of one case that also record CPU seconds: the calling thread's, a
+    second thread's (``other``: its CPU clock, if given) and the whole process's, per round."""
+
+    def __init__(self, fn: Callable[[], None], other: Callable[[], float] = lambda: 0.0) -> None:
+        self._fn, self._other = fn, other
+        self.main: List[float] = []
+        self.other: List[float] = []
+        self.process: List[float] = []
+
+    def __call__(self) -> float:
+        main, other, process = time.thread_time(), self._other(), time.process_time()
+        wall = timed(self._fn)
+        self.main.append(time.thread_time() - main)
+        self.other.append(self._other() - other)
+        self.process.append(time.process_time() - process)
+        return wall
 
 
 def rounds(cases: Dict[str, Case], count: int) -> Dict[str, List[float]]:

@@ -12,7 +12,11 @@ Rows (ratios measured inside each of ``--rounds`` interleaved rounds; median and
   ``(forward+backward + step) / max(forward+backward, step)`` from phase times measured in
   the same rounds, and against what two plain threads reach on the machine at that moment
   (forward+backward and an Adam step side by side, no RoundPipe); target >= 1.7 with one
-  intra-op thread.
+  intra-op thread. The CPU seconds each thread used in the async rounds are printed with
+  it: the cores the process actually got (process CPU / wall; a loaded machine, or the
+  kernel's autogroup scheduling, can hold it near 1 whatever the threads do), and the
+  overlap these CPU times allow on two free cores, sync / max(main thread, optimizer
+  thread), with sync mode's CPU time as the numerator, which does not depend on the load.
 * the runtime's fixed cost per iteration on a tiny model (``Linear(8, 1)``).
 
 Not part of the test suite.
@@ -29,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import roundpipe
-from interleave import load, minor_faults, ratio, ratio_row, rounds, timed
+from interleave import CpuShares, load, minor_faults, ratio, ratio_row, rounds, thread_cpu_clock, timed
 from roundpipe import RoundPipe
 
 Batches = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -95,7 +99,7 @@ def phases(net: torch.nn.Module, batches: Batches) -> Tuple[Callable[[], float],
     return forward_backward, step
 
 
-def two_threads(width: int, batches: Batches) -> Callable[[], float]:
+def two_threads(width: int, batches: Batches) -> Callable[[], None]:
     """The overlap this machine allows without RoundPipe: forward+backward of each batch on
     this thread while a plain ``threading.Thread`` runs one Adam step of a second, identical
     model, side by side."""
@@ -111,7 +115,7 @@ def two_threads(width: int, batches: Batches) -> Callable[[], float]:
             net.zero_grad(set_to_none=False)
             stepper.join()
 
-    return lambda: timed(run)
+    return run
 
 
 def loops(width: int, batch: int, iterations: int) -> Dict[str, Callable[[], None]]:
@@ -149,10 +153,13 @@ def sync_row(count: int, iterations: int) -> None:
 def overlap_row(count: int, iterations: int) -> None:
     made = loops(1024, 64, iterations)
     fb, st = phases(mlp(1024), data(1024, 64, iterations))
-    cases: Dict[str, Callable[[], float]] = {"sync": lambda: timed(made["sync"]), "async": lambda: timed(made["async"])}
+    worker_clock = thread_cpu_clock(roundpipe.optim_stream.THREAD_NAME)
+    serial, shares = CpuShares(made["sync"], worker_clock), CpuShares(made["async"], worker_clock)
+    cases: Dict[str, Callable[[], float]] = {"sync": serial, "async": shares}
     cases["forward_backward"] = fb
     cases["step"] = st
-    cases["two threads"] = two_threads(1024, data(1024, 64, iterations))
+    control = CpuShares(two_threads(1024, data(1024, 64, iterations)))
+    cases["two threads"] = control
     seconds = rounds(cases, count)
     ideal = [(f + s) / max(f, s) for f, s in zip(seconds["forward_backward"], seconds["step"])]
     machine = [(f + s) / t for f, s, t in zip(seconds["forward_backward"], seconds["step"], seconds["two threads"])]
@@ -167,6 +174,33 @@ def overlap_row(count: int, iterations: int) -> None:
         f"    overlap of two plain threads (fb + step) / side by side: {statistics.median(machine):.2f}x "
         f"(spread {min(machine):.2f}–{max(machine):.2f}); what this machine allows now"
     )
+    cores = [c / w for c, w in zip(shares.process, seconds["async"])]
+    control_cores = [c / w for c, w in zip(control.process, seconds["two threads"])]
+    bound = [(sm + so) / max(m, o) for sm, so, m, o in zip(serial.main, serial.other, shares.main, shares.other)]
+    print(
+        f"    async rounds: main thread {statistics.median(shares.main) / iterations * 1e3:.1f} ms CPU, optimizer "
+        f"thread {statistics.median(shares.other) / iterations * 1e3:.1f} ms CPU per iteration; cores the "
+        f"process got {median_spread(cores)}; in the two-thread rounds {median_spread(control_cores)}"
+    )
+    print(
+        "    process CPU per iteration: "
+        + ", ".join(
+            f"{name} {statistics.median(case.process) / iterations * 1e3:.1f} ms"
+            for name, case in (("sync", serial), ("async", shares), ("two threads", control))
+        )
+    )
+    best = max(range(count), key=lambda index: cores[index])
+    print(
+        f"    in the async round that got the most cores ({cores[best]:.2f}): sync / async "
+        f"{seconds['sync'][best] / seconds['async'][best]:.3f}x"
+    )
+    print(
+        ratio_row("overlap these CPU times allow on 2 free cores", (statistics.median(bound), min(bound), max(bound)))
+    )
+
+
+def median_spread(values: List[float]) -> str:
+    return f"{statistics.median(values):.2f} (spread {min(values):.2f}–{max(values):.2f})"
 
 
 def tiny_row(count: int, iterations: int = 500) -> None:
@@ -185,15 +219,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--iterations", type=int, default=20, help="iterations a round")
+    parser.add_argument("--rows", default="sync,overlap,tiny", help="comma-separated rows to run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
         f"{args.rounds} interleaved rounds; {load()}"
     )
-    sync_row(args.rounds, args.iterations)
-    overlap_row(args.rounds, args.iterations)
-    tiny_row(args.rounds)
+    rows = {"sync": sync_row, "overlap": overlap_row, "tiny": lambda count, _: tiny_row(count)}
+    for name in args.rows.split(","):
+        rows[name](args.rounds, args.iterations)
     print(f"at the end: {load()}")
 
 

@@ -11,7 +11,8 @@ the median and the spread over rounds are printed):
 * ``unscale_`` of ``--elements`` fp32 gradients, also against one raw fused kernel call.
 
 Load-independent counts are printed with them: voluntary context switches per drop-in
-iteration (each hop to the optimizer thread and back blocks the main thread at least once)
+iteration (each hop to the optimizer thread and back blocks the main thread at least once),
+Python function calls per drop-in iteration (the interpreter work the overhead is made of)
 and scale clones per ``update()``. Not part of the test suite. ``unscale_`` values are kept
 O(1) by alternating the scale between 2 and 0.5 outside the timed region.
 """
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import roundpipe
-from interleave import load, ratio, ratio_row, rounds, timed, timed_both, voluntary_switches
+from interleave import load, python_calls, ratio, ratio_row, rounds, timed, timed_both, voluntary_switches
 
 MakeScaler = Callable[[], object]
 SCALERS: Dict[str, MakeScaler] = {
@@ -98,6 +99,9 @@ def drop_in_rows(width: int, depth: int, iterations: int, count: int) -> None:
         "    voluntary context switches per iteration: "
         + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in switches.items())
     )
+    warmed = {name: DropInLoop(make, width, depth) for name, make in SCALERS.items()}
+    calls = {name: python_calls(lambda loop=loop: loop.run(10)) / 10 for name, loop in warmed.items()}
+    print("    Python function calls per iteration: " + ", ".join(f"{name} {n:.0f}" for name, n in calls.items()))
 
 
 class ScaleUpdate:

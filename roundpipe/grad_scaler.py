@@ -243,18 +243,22 @@ class GradScaler(torch.amp.GradScaler):
             through, self._catch_up_through = self._catch_up_through, None
             self._wait_through(through, "GradScaler.update(is_async=False)")
             self._apply_ready_records()
-        return self._fix_scale(self._current)
+        return self._fix_scale(self._current, on_main_thread=True)
 
-    def _fix_scale(self, record: _Iteration) -> Optional[torch.Tensor]:
+    def _fix_scale(self, record: _Iteration, on_main_thread: Optional[bool] = None) -> Optional[torch.Tensor]:
         """Give ``record`` its scale (the chain's current value) if it has none.
 
         The main thread shares the chain's tensor (:meth:`_unshare_scale` copies it before
         a change that a record could still see); inside an optimizer job, which the main
         thread's check could miss, it takes a copy. Should both fix the same record at
         once, either tensor holds the same value, so the one left in place is as good.
+        ``on_main_thread``: whether the caller runs outside any optimizer job, if it knows
+        (None: asked of the optimizer stream).
         """
         if record.scale is None and self._scale is not None:
-            if not optim_stream.on_optim_stream():
+            if on_main_thread is None:
+                on_main_thread = not optim_stream.on_optim_stream()
+            if on_main_thread:
                 record.scale = self._scale
             else:
                 with self._lock:
@@ -292,6 +296,15 @@ class GradScaler(torch.amp.GradScaler):
         if scale is None:
             raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
         return scale
+
+    def _job_scale(self, record: _Iteration, funcname: str) -> torch.Tensor:
+        """Inside an optimizer job: the scale of the job's iteration ``record``, which the
+        launch hook fixed before the job was queued or run inline (what :meth:`_scale_for`
+        returns there, without asking which thread this is)."""
+        self._check_scale_growth_tracker(funcname)
+        if record.scale is None:
+            raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
+        return record.scale
 
     @staticmethod
     def _run_on_optimizer_thread(reason: str, fn: Any, *args: Any) -> Any:
@@ -404,7 +417,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _unscale_inline(self, optimizer: torch.optim.Optimizer) -> None:
         record = self._caller_iteration()
-        scale = self._require_scale(record, "unscale_")
+        scale = self._job_scale(record, "unscale_")
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
@@ -438,7 +451,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _step_inline(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> Optional[Any]:
         record = self._caller_iteration()
-        scale = self._require_scale(record, "step")
+        scale = self._job_scale(record, "step")
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
@@ -539,17 +552,13 @@ class GradScaler(torch.amp.GradScaler):
         override = None if new_scale is None else _copied_new_scale(new_scale, scale)
         current = self._current
         end_seq = optim_stream.launched_seq()
-        if (
-            override is None
-            and end_seq <= optim_stream.waited_seq()
-            and not current.has_result()
-            and not current.faulted()
-        ):
+        waited = optim_stream.waited_seq()  # nothing below waits before the last use
+        if override is None and end_seq <= waited and not current.has_result() and not current.faulted():
             raise AssertionError(_NO_INF_CHECKS)
         current.end_seq = end_seq
         current.new_scale = override
         self._current = _Iteration(end_seq)
-        if is_async and override is None and self._records[0] is current and end_seq <= optim_stream.waited_seq():
+        if is_async and override is None and self._records[0] is current and end_seq <= waited:
             # The plain loop: nothing earlier is pending and this iteration's work was
             # waited for, so its result applies now and the record retires at once (what
             # _apply_ready_records would do, without its bookkeeping).

@@ -35,6 +35,9 @@ class OptimizerCopies:
         self._optim_dtype = optim_dtype
         self._copy_of: Optional[Dict[nn.Parameter, nn.Parameter]] = None
         self._pairs: List[Tuple[nn.Parameter, nn.Parameter]] = []
+        # The two sides of ``_pairs``, in its order, for the foreach copies of every step.
+        self._model_side: List[torch.Tensor] = []
+        self._copy_side: List[torch.Tensor] = []
         self._names: List[str] = []  # the module's name for each pair's parameter
         # Buffers given back by hand_back_grads, with their version counter at that moment:
         # one still at that version received no gradient since.
@@ -53,8 +56,13 @@ class OptimizerCopies:
                     copy = nn.Parameter(param.detach().to(dtype=dtype, copy=True))
                     self._copy_of[param] = copy
                     self._names.append(name)
-            self._pairs = list(self._copy_of.items())
+            self._pair_up(list(self._copy_of.items()))
         return self._copy_of
+
+    def _pair_up(self, pairs: List[Tuple[nn.Parameter, nn.Parameter]]) -> None:
+        self._pairs = pairs
+        self._model_side = [param for param, _ in pairs]
+        self._copy_side = [copy for _, copy in pairs]
 
     def named(self, prefix: str, remove_duplicate: bool) -> Iterator[Tuple[str, nn.Parameter]]:
         """``(name, copy)`` for every trainable parameter, named as in the wrapped module
@@ -102,25 +110,40 @@ class OptimizerCopies:
                 param.grad = None
         return handed
 
-    def hand_back_grads(self, handed: HandedGrads) -> None:
-        """Give gradient buffers the optimizer has let go of back to the model, zeroed.
+    def release_grads(self, handed: HandedGrads) -> HandedGrads:
+        """Zero, in place, the gradient buffers the optimizer has let go of; return them.
 
-        Call it once the step that received ``handed`` has finished. A buffer goes back only
-        to a model parameter of this module that has no gradient, and only when nothing else
-        holds it: its copy no longer does (the step function zeroed it with
-        ``set_to_none``) and no other tensor or name refers to it or its memory. The next
-        backward then accumulates into it in place (``0 + g``, as after torch's
-        ``zero_grad(set_to_none=False)``), so the same memory serves every iteration
-        instead of being freed and allocated (and first touched) again.
+        Runs on the thread of the step that received ``handed``, right after its step
+        function returned (so on the optimizer thread in asynchronous mode, and on its
+        CUDA stream there, the zeroing overlaps the next forward pass). Empties ``handed``.
+        A buffer is released only when nothing else holds it: its copy no longer does (the
+        step function zeroed it with ``set_to_none``) and no other tensor or name refers to
+        it or its memory. Nothing can reach a released buffer afterwards but the returned
+        mapping, for :meth:`hand_back_grads`.
         """
-        if not handed or self._copy_of is None:
-            return
+        released: HandedGrads = {}
         with torch.no_grad():
             while handed:
                 param, grad = handed.popitem()
-                if param.grad is None and param in self._copy_of and _unshared(grad):
-                    param.grad = grad.zero_()
-                    self._returned[param] = (grad, grad._version)
+                if _unshared(grad):
+                    released[param] = grad.zero_()
+        return released
+
+    def hand_back_grads(self, released: HandedGrads) -> None:
+        """Give buffers from :meth:`release_grads` back to the model, once that step is done.
+
+        Main thread. A buffer goes back only to a model parameter of this module that has
+        no gradient. The next backward then accumulates into it in place (``0 + g``, as
+        after torch's ``zero_grad(set_to_none=False)``), so the same memory serves every
+        iteration instead of being freed and allocated (and first touched) again.
+        """
+        if not released or self._copy_of is None:
+            return
+        for param, grad in released.items():
+            if param.grad is None and param in self._copy_of:
+                param.grad = grad
+                self._returned[param] = (grad, grad._version)
+        released.clear()
 
     def _untouched_since_returned(self, param: nn.Parameter, grad: torch.Tensor) -> bool:
         returned = self._returned.get(param)
@@ -140,7 +163,7 @@ class OptimizerCopies:
         """Write the copies' values into the model's parameters (cast to the model dtype)."""
         if self._pairs:
             with torch.no_grad():
-                torch._foreach_copy_([p for p, _ in self._pairs], [c for _, c in self._pairs])
+                torch._foreach_copy_(self._model_side, self._copy_side)
 
     def refresh_from_model(self) -> None:
         """Make the copies equal the model's parameters again (after loading weights).
@@ -151,10 +174,10 @@ class OptimizerCopies:
         if self._copy_of is None:
             return
         by_name = dict(self._module.named_parameters())
-        self._pairs = [(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)]
+        self._pair_up([(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)])
         self._copy_of = dict(self._pairs)
         with torch.no_grad():
-            torch._foreach_copy_([c for _, c in self._pairs], [p for p, _ in self._pairs])
+            torch._foreach_copy_(self._copy_side, self._model_side)
 
 
 def _refs_seen_by_a_callee(tensor: torch.Tensor) -> int:

@@ -120,7 +120,7 @@ class RoundPipe(nn.Module):
         self._copies = OptimizerCopies(model, optim_dtype)
         self._last_step: Optional[optim_stream.Job] = None
         self._steps_queued = 0
-        self._grads_in_step: HandedGrads = {}  # handed to the last asynchronous step
+        self._step_in_flight: Optional[_StepCall] = None  # the last asynchronous step
         model.register_load_state_dict_post_hook(self._weights_loaded)
         self._roundpipe_ready = True
 
@@ -332,18 +332,20 @@ class RoundPipe(nn.Module):
             self._copies.copy_to_model()
         handed = self._copies.hand_over_grads()
         self._steps_queued += 1
-        step_call = _StepCall(step_fn, args, kwargs, self._steps_queued)
+        step_call = _StepCall(step_fn, args, kwargs, self._steps_queued, self._copies, handed)
         if is_async:
             self._last_step = optim_stream.launch(step_call)
-            # The previous step has finished (waited for above): its gradient buffers can
-            # serve the next backward while this step uses the ones just handed over.
-            handed, self._grads_in_step = self._grads_in_step, handed
+            # The previous step has finished (waited for above): the gradient buffers it
+            # released can serve the next backward while this step uses the ones just handed.
+            finished, self._step_in_flight = self._step_in_flight, step_call
         else:
             # Waited for at once, so it runs on this thread when the optimizer thread is
             # idle: no hand-off, and the gradients it frees go back to this thread's memory.
             self._last_step = None
+            finished = step_call
             self._run_synchronous_step(step_call, previous_failure)
-        self._copies.hand_back_grads(handed)
+        if finished is not None:
+            self._copies.hand_back_grads(finished.released)
         if previous_failure is not None:
             raise previous_failure
 
@@ -463,24 +465,41 @@ def _note_failed_step(failure: BaseException, number: int, then: str) -> None:
 
 
 class _StepCall:
-    """The optimizer-thread side of ``RoundPipe.step``: ``step_fn`` with OptimizerCtx on.
+    """The optimizer-thread side of ``RoundPipe.step``: ``step_fn`` with OptimizerCtx on,
+    then the release (zeroing) of the gradient buffers it let go of, on the same thread.
 
     Its ``__qualname__`` names the step and the step function, so waits, notes and the
-    exit message say which step they are about.
+    exit message say which step they are about. ``released`` holds the zeroed buffers for
+    :meth:`OptimizerCopies.hand_back_grads`, to be read once the call has finished; it
+    stays empty when ``step_fn`` raised or the call never ran (those gradients are dropped).
     """
 
-    def __init__(self, step_fn: Callable[..., Any], args: tuple, kwargs: dict, number: int) -> None:
+    def __init__(
+        self,
+        step_fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        number: int,
+        copies: OptimizerCopies,
+        handed: HandedGrads,
+    ) -> None:
         self.step_fn, self.args, self.kwargs = step_fn, args, kwargs
         self.__qualname__ = f"RoundPipe step {number}: {getattr(step_fn, '__qualname__', repr(step_fn))}"
         self.failed = False  # set when step_fn raised (not when the call never ran)
+        self._copies = copies
+        self._handed = handed
+        self.released: HandedGrads = {}
 
     def __call__(self) -> Any:
         try:
             with OptimizerCtx():
-                return self.step_fn(*self.args, **self.kwargs)
+                result = self.step_fn(*self.args, **self.kwargs)
         except BaseException:
             self.failed = True
             raise
+        handed, self._handed = self._handed, {}
+        self.released = self._copies.release_grads(handed)
+        return result
 
 
 def wrap_model_to_roundpipe(

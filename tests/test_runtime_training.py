@@ -412,6 +412,48 @@ def test_gradient_buffers_come_back_zeroed_and_serve_every_iteration(is_async):
     assert len(set(seen[2:])) == (2 if is_async else 1)  # async: one set per step in flight
 
 
+@pytest.mark.parametrize("is_async", [False, True])
+def test_gradient_buffers_are_zeroed_by_the_thread_that_ran_the_step(is_async, monkeypatch):
+    # Asynchronous steps zero the buffers they let go of on the optimizer thread, so the
+    # memset overlaps the next forward instead of running inside the main thread's step().
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    buffers, zeroed_on = set(), []
+    real_zero = torch.Tensor.zero_
+
+    def zero_(tensor):
+        if tensor.data_ptr() in buffers:
+            zeroed_on.append(threading.current_thread().name)
+        return real_zero(tensor)
+
+    monkeypatch.setattr(torch.Tensor, "zero_", zero_)
+    for x, y in make_data(4):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        buffers.update(p.grad.data_ptr() for p in model.model.parameters())
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
+    model.synchronize()
+    step_thread = roundpipe.optim_stream.THREAD_NAME if is_async else threading.current_thread().name
+    assert zeroed_on and set(zeroed_on) == {step_thread}
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_the_buffers_of_a_failed_step_are_not_handed_back(is_async):
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    (x, y), (x2, y2) = make_data(2)
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+
+    def failing_step():
+        opt.zero_grad()  # lets go of every buffer, then fails
+        raise ValueError("step failed")
+
+    with pytest.raises(ValueError, match="step failed"):
+        model.step(failing_step, is_async=is_async)
+        model.forward_backward((x2,), label=y2, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)  # raises the failure
+    assert all(p.grad is None for p in model.model.parameters())
+
+
 def test_a_gradient_the_step_function_keeps_is_not_handed_back():
     model = RoundPipe(make_net())
     opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
