@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
 from .prefilter import might_use_amp
+from .state_helpers import StateHelper, StateHelpers, find_state_helpers
 
 __all__ = ["migrate_project", "project_view", "reconcile", "ProjectFile", "ImportEdge"]
 
@@ -72,19 +73,28 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
             results[path] = migrate_source(
                 project_file.source, path, exact=exact, force=path in imported_by_amp and path not in amp
             )
-    reconcile(files, results)
+    reconcile(files, results, exact)
     return results
 
 
-def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False) -> None:
     """Apply the project rules to per-file ``results`` (keyed like ``files``), in place.
 
     The per-file results may come from anywhere (worker processes included); afterwards no
     result holds a change while a file of the same program is refused, a wrapped model
     handed to another file's function refuses its file, and users of a project loss-scaler
-    wrapper are named.
+    wrapper are named. A file that calls checkpoint helpers of another given file is
+    migrated again knowing which of their parameters only save or load state (``exact`` as
+    for the first run).
     """
-    _refuse_models_handed_across(files, results)
+    helpers = {path: _state_helpers_of(files, path) for path in files}
+    for path, found in helpers.items():  # in place: the caller may hold the result objects
+        result = results[path]
+        if found and files[path].tree is not None and (result.changed or result.diagnostics):
+            again = migrate_source(files[path].source, path, exact=exact, force=True, state_helpers=found)
+            result.migrated, result.rewrites = again.migrated, again.rewrites
+            result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
+    _refuse_models_handed_across(files, results, helpers)
     _name_wrapper_users(files, results)
     _keep_components_consistent(files, results)
 
@@ -228,9 +238,28 @@ def _callee(node: ast.Call, imported: Dict[str, Tuple[str, int]]) -> Optional[Tu
     return None
 
 
-def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, StateHelper]:
+    """The checkpoint helpers of other given files that ``path`` imports, under the names
+    its call sites use (``save_checkpoint``, ``ckpt.save_checkpoint``)."""
+    found: Dict[str, StateHelper] = {}
+    for edge in files[path].imports:
+        target = files[edge.target].tree
+        defined = find_state_helpers(target) if target is not None else {}
+        for bound, name in edge.names:
+            if name in defined:
+                found[bound] = defined[name]
+        if edge.module_alias:
+            found.update({f"{edge.module_alias}.{name}": helper for name, helper in defined.items()})
+    return found
+
+
+def _refuse_models_handed_across(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], helpers: Mapping[str, StateHelpers]
+) -> None:
     """A wrapped model passed to a function of another given file: what that function does
-    with it (checkpoint keys, evaluation, another trainer) is not followed across files."""
+    with it (checkpoint keys, evaluation, another trainer) is not followed across files,
+    unless the function only saves or loads its state (the engine then hands it the wrapped
+    module)."""
     for path, result in results.items():
         tree = files[path].tree
         if not result.changed or not result.wrapped_models or tree is None:
@@ -241,11 +270,14 @@ def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict
             if not isinstance(node, ast.Call):
                 continue
             callee = _callee(node, imported)
+            helper = helpers[path].get(callee[0]) if callee is not None else None
             passed = [
                 a.id
                 for a in [*node.args, *(k.value for k in node.keywords)]
                 if isinstance(a, ast.Name) and a.id in wrapped
             ]
+            if helper is not None and passed and set(passed) <= _state_only_names(node, helper):
+                continue
             if callee is not None and passed:
                 name, target, _ = callee
                 _refuse(
@@ -257,6 +289,13 @@ def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict
                     "file left unchanged",
                 )
                 break
+
+
+def _state_only_names(call: ast.Call, helper: StateHelper) -> Set[str]:
+    """The names ``call`` passes for state-only parameters of ``helper``."""
+    fed = [(helper.params[i] if i < len(helper.params) else None, a) for i, a in enumerate(call.args)]
+    fed += [(k.arg, k.value) for k in call.keywords]
+    return {a.id for param, a in fed if param in helper.state_only and isinstance(a, ast.Name)}
 
 
 def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], int]:
