@@ -56,6 +56,10 @@ class OptimizerCopies:
             self._pairs = list(self._copy_of.items())
         return self._copy_of
 
+    def copy_of(self, param: nn.Parameter) -> Optional[nn.Parameter]:
+        """The copy of one of the module's parameters (None: frozen, or not the module's)."""
+        return self._ensure().get(param)
+
     def named(self, prefix: str, remove_duplicate: bool) -> Iterator[Tuple[str, nn.Parameter]]:
         """``(name, copy)`` for every trainable parameter, named as in the wrapped module
         under ``prefix`` (tied parameters once, unless ``remove_duplicate`` is False)."""
