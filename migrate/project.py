@@ -28,7 +28,7 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
 from .prefilter import might_use_amp
-from .state_helpers import StateHelper, StateHelpers, find_state_helpers
+from .state_helpers import StateHelper, find_state_helpers
 
 __all__ = ["migrate_project", "project_view", "reconcile", "ProjectFile", "ImportEdge"]
 
@@ -94,7 +94,7 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
             again = migrate_source(files[path].source, path, exact=exact, force=True, state_helpers=found)
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
-    _refuse_models_handed_across(files, results, helpers)
+    _refuse_models_handed_across(files, results)
     _name_wrapper_users(files, results)
     _keep_components_consistent(files, results)
 
@@ -253,36 +253,25 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
     return found
 
 
-def _refuse_models_handed_across(
-    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], helpers: Mapping[str, StateHelpers]
-) -> None:
+def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
     """A wrapped model passed to a function of another given file: what that function does
-    with it (checkpoint keys, evaluation, another trainer) is not followed across files,
-    unless the function only saves or loads its state (the engine then hands it the wrapped
-    module)."""
+    with it (checkpoint keys, evaluation, another trainer) is not followed across files.
+    The migrated text is what is checked: where the engine hands such a function the wrapped
+    module instead (``model.model``: a checkpoint helper, an optimizer helper), nothing is
+    handed across; the refusal names the call's line in the original."""
     for path, result in results.items():
-        tree = files[path].tree
-        if not result.changed or not result.wrapped_models or tree is None:
+        if not result.changed or not result.wrapped_models or files[path].tree is None:
             continue
         imported = _imported_functions(files[path])
         wrapped = set(result.wrapped_models)
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            callee = _callee(node, imported)
-            helper = helpers[path].get(callee[0]) if callee is not None else None
-            passed = [
-                a.id
-                for a in [*node.args, *(k.value for k in node.keywords)]
-                if isinstance(a, ast.Name) and a.id in wrapped
-            ]
-            if helper is not None and passed and set(passed) <= _state_only_names(node, helper):
-                continue
+        for node in ast.walk(ast.parse(result.migrated)):
+            callee = _callee(node, imported) if isinstance(node, ast.Call) else None
+            passed = _names_passed(node, wrapped) if callee is not None else []
             if callee is not None and passed:
                 name, target, _ = callee
                 _refuse(
                     result,
-                    node.lineno,
+                    _original_line(files[path], name, passed[0]),
                     f"the model {passed[0]!r} would be wrapped with RoundPipe, "
                     f"but it is passed to {name}() of {target}, which the migration does not "
                     "follow across files (checkpoint keys, evaluation, other trainers); "
@@ -291,11 +280,24 @@ def _refuse_models_handed_across(
                 break
 
 
-def _state_only_names(call: ast.Call, helper: StateHelper) -> Set[str]:
-    """The names ``call`` passes for state-only parameters of ``helper``."""
-    fed = [(helper.params[i] if i < len(helper.params) else None, a) for i, a in enumerate(call.args)]
-    fed += [(k.arg, k.value) for k in call.keywords]
-    return {a.id for param, a in fed if param in helper.state_only and isinstance(a, ast.Name)}
+def _names_passed(node: ast.AST, names: Set[str]) -> List[str]:
+    """The ``names`` a call passes as plain-name arguments."""
+    assert isinstance(node, ast.Call)
+    return [a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name) and a.id in names]
+
+
+def _original_line(project_file: ProjectFile, callee: str, model: str) -> int:
+    """The line of the original's first call of ``callee`` passing ``model`` (else 1)."""
+    assert project_file.tree is not None
+    imported = _imported_functions(project_file)
+    lines = [
+        node.lineno
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.Call)
+        and (_callee(node, imported) or ("",))[0] == callee
+        and model in _names_passed(node, {model})
+    ]
+    return min(lines, default=1)
 
 
 def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], int]:

@@ -17,7 +17,9 @@ from libcst.metadata import BuiltinAssignment, Scope
 
 from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
+from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import optimizer_writes
+from .origins import INLINE, origins
 from .parallel import parallel_call
 from .plan import Binding, Blocked
 from .syntax import (
@@ -124,14 +126,16 @@ class StepBuilder:
         places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
             (function or self.facts.module, optimizer, model, [self.backward])
         ]
-        built: Optional[Binding] = getattr(self, "built", None)
-        if built is not None and built.scope is not self.facts.scope(self.backward) and trainer:
+        builds: List[Tuple[Binding, str]] = getattr(self, "builds", [])
+        for built, model_outer in builds:
+            if built.scope is self.facts.scope(self.backward) or not trainer or built.name == INLINE:
+                continue
             scope = built.scope
             root: cst.CSTNode = (
                 self.facts.function_of(scope) if isinstance(scope, Scope) else None
             ) or self.facts.module
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
-            places.append((root, built.name, self.model_outer, calls))
+            places.append((root, built.name, model_outer, calls))
         for root, name, model_name, anchors in places:
             for statement in optimizer_writes(self.facts, root, name, self._is_scheduler, skipped, trainers):
                 if any(self._may_run_after(statement, anchor) for anchor in anchors):
@@ -277,13 +281,34 @@ class StepBuilder:
         return optimizer
 
     def _model_for(self, optimizer: str) -> str:
-        """The model's name in the step's scope; plans the wrap and the optimizer rewrite."""
-        built = self.rules._constructed(optimizer, self.backward)
+        """The model's name in the step's scope; plans the wrap and the optimizer rewrite
+        for every place the step's optimizer is built (a training function called for two
+        models wraps each)."""
+        self.builds: List[Tuple[Binding, str]] = []
+        local_names: Set[str] = set()
+        for built in origins(self.rules, optimizer, self.backward):
+            model_outer, local = self._model_built_with(built)
+            if any(b.scope is built.scope and outer == model_outer for b, outer in self.builds):
+                raise Blocked(
+                    built.statement or self.backward,
+                    "RPM107",
+                    f"the model {model_outer!r} is trained with several optimizers through one step",
+                )
+            self.builds.append((built, model_outer))
+            local_names.add(local)
+        if len(local_names) != 1:
+            raise Blocked(self.backward, "RPM107", "the step trains models it sees under different names")
+        self.built, self.model_outer = self.builds[0]
+        return local_names.pop()
+
+    def _model_built_with(self, built: Binding) -> Tuple[str, str]:
+        """(the model's name where ``built`` builds the optimizer, its name in the step's
+        scope); plans the wrap and the optimizer rewrite."""
         if not isinstance(built.value, cst.Call):
             raise Blocked(
                 built.statement or self.backward,
                 "RPM108",
-                f"optimizer {optimizer!r} is not built by a call in this file",
+                f"optimizer {built.name or code(built.value or cst.Name('?'))!r} is not built by a call in this file",
             )
         parameter_calls = []
 
@@ -294,6 +319,13 @@ class StepBuilder:
 
         built.value.visit(FindParameters())
         owners = {call.func.value.value for call in parameter_calls}
+        if not owners:  # `create_optimizer(model, cfg)`: a helper groups the parameters
+            found = helper_model(self, built)
+            if found is not None:
+                model_outer, local = found
+                self._reject_parallel(model_outer, built)
+                plan_adopting_wrap(self, built, model_outer)
+                return model_outer, local
         if len(owners) != 1:
             raise Blocked(
                 built.value,
@@ -305,8 +337,7 @@ class StepBuilder:
         model_outer = owners.pop()
         self._reject_parallel(model_outer, built)
         self._plan_wrap(built, model_outer, parameter_calls)
-        self.built, self.model_outer = built, model_outer
-        return self._local_name_for(model_outer, built)
+        return model_outer, self._local_name_for(model_outer, built)
 
     def _reject_parallel(self, model: str, built: Binding) -> None:
         for node in self.facts.assignments(model, built.scope):
@@ -328,10 +359,10 @@ class StepBuilder:
         if function is not None:
             for param in function.params.params:
                 try:
-                    outer = self.rules._caller_binding(Binding(step_scope, param.name.value, None, None), function)
+                    reached = origins(self.rules, param.name.value, function.body.body[0])
                 except Blocked:
                     continue
-                if outer.name == model_outer and outer.scope is built.scope:
+                if any(outer.name == model_outer and outer.scope is built.scope for outer in reached):
                     self._wrapped_parameter(function, param.name.value)
                     return param.name.value
         return model_outer
