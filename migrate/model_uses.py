@@ -129,6 +129,8 @@ class ModelUses:
             ):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
+                if any(s is alias_scope and n == alias for s, n, _ in self.rules.plan.wrapped_models):
+                    continue  # bound again to the RoundPipe model after the wrap (migrate.ddp_guard)
                 late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
                 if late:
                     raise Blocked(
