@@ -57,9 +57,10 @@ class DdpGuard:
 
 
 def find_ddp_guard(facts: "ModuleFacts", built: Binding, owner: str) -> Optional[DdpGuard]:
-    """The DDP guard before the optimizer statement ``built`` in its block, when the
+    """The DDP guard of the optimizer statement ``built``'s block: before it, when the
     optimizer is built on ``owner``'s parameters and ``owner`` is the guarded model or an
-    alias bound to it (``owner = model``) before the guard; else None."""
+    alias bound to it (``owner = model``) before the guard; after it, wrapping ``owner``
+    itself; else None."""
     statement = built.statement
     block = facts.parent(statement) if statement is not None else None
     if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -74,6 +75,9 @@ def find_ddp_guard(facts: "ModuleFacts", built: Binding, owner: str) -> Optional
         if owner == model or any(_plain_alias(s, owner, model) for s in body[:position]):
             return DdpGuard(guard, model, owner)  # type: ignore[arg-type]
         return None
+    for guard in body[index + 1 :]:  # the wrap after the optimizer is built (timm's order)
+        if _guarded_model(facts, guard) == owner:
+            return DdpGuard(guard, owner, owner)  # type: ignore[arg-type]
     return None
 
 
@@ -126,6 +130,7 @@ def plan_ddp_guard(step: "StepBuilder", built: Binding, guard: DdpGuard) -> None
         return [carry_comments(updated, stop)]
 
     plan.edits.replace_range(body, 0, len(body.body), build)
+    plan.stopped_guards.append(guard.statement)
     plan.rewrites.append(
         (guard.statement, f"DistributedDataParallel branch stops with a clear error (RoundPipe places {guard.model})")
     )

@@ -54,7 +54,7 @@ class ModelUses:
                 continue
             seen.add((id(scope), name))
             for access in self.facts.accesses(name, scope):
-                if self.facts.order(access) <= after:
+                if self.facts.order(access) <= after or self._in_stopped_guard(access):
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
@@ -74,6 +74,10 @@ class ModelUses:
                     queue.extend(self._returned_to(access))
             self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
+
+    def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
+        """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""
+        return any(self.facts.within(node, guard.body) for guard in self.rules.plan.stopped_guards)
 
     def _returned_to(self, access: cst.Name) -> List[Tuple[Scope, str, int]]:
         """The callers' names for a returned wrapped model (none where it cannot be followed:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 from .origins import origins
 from .plan import Binding, Blocked
@@ -26,19 +27,59 @@ if TYPE_CHECKING:
 __all__ = ["helper_model", "plan_adopting_wrap"]
 
 
+_GROUPED = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters") | m.Name("named_parameters")))
+
+
 def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str]]:
-    """(the model's name where the helper is called, its name in the step's scope) when
-    exactly one plain-name argument of the helper call ``built.value`` is the model the
-    step calls in its forward; else None."""
+    """(the model's name where the optimizer is built, its name in the step's scope) when
+    exactly one model the step calls in its forward is what the optimizer call groups:
+    passed to it as a plain name (``create_optimizer(model, cfg)``), grouped inside it
+    (``AdamW([{"params": [p for n, p in model.named_parameters() if ...]}])``), or grouped
+    by an earlier statement of the same scope whose result it is given
+    (``groups = param_groups(model, wd)``; ``AdamW(groups, ...)``); else None."""
     call = built.value
     if not isinstance(call, cst.Call):
         return None
-    names = [a.value.value for a in call.args if not a.star and isinstance(a.value, cst.Name)]
+    names = [name for name, _ in _grouped_names(call)]
+    for arg in call.args:
+        if not arg.star and isinstance(arg.value, cst.Name):
+            earlier = _earlier_value(step, built, arg.value)
+            names += [name for name, _ in _grouped_names(earlier)] if earlier is not None else []
     found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
     if len(found) != 1:
         return None
     name, _ = found[0]
     return name, step._local_name_for(name, built)
+
+
+def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
+    """Names a call passes as plain arguments or groups with ``x.parameters()`` /
+    ``x.named_parameters()`` inside it."""
+    found: List[Tuple[str, cst.Name]] = []
+    if isinstance(node, cst.Call):
+        found += [(a.value.value, a.value) for a in node.args if not a.star and isinstance(a.value, cst.Name)]
+    for grouped in m.findall(node, _GROUPED):
+        receiver = grouped.func.value  # type: ignore[attr-defined]
+        found.append((receiver.value, receiver))
+    return found
+
+
+def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optional[cst.BaseExpression]:
+    """The value a plain name passed to the optimizer call was bound to by one earlier
+    assignment of the same scope (``groups = ...``), else None."""
+    facts = step.facts
+    scope = facts.scope(name)
+    assignments = list(scope[name.value]) if scope is not None else []
+    if len(assignments) != 1 or scope is not built.scope:
+        return None
+    node = assignments[0].node
+    if not isinstance(node, cst.CSTNode) or facts.order(node) >= facts.order(built.value):  # type: ignore[arg-type]
+        return None
+    line = facts.statement_of(node)
+    small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    return small.value
 
 
 def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
@@ -77,9 +118,10 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
             else a
             for a in updated.args
         ]
+        grouped = updated.with_changes(args=args).visit(_OnTheModule(model))
         return cst.Call(
             func=cst.Attribute(value=cst.Name(model), attr=cst.Name("adopt_optimizer")),
-            args=[cst.Arg(updated.with_changes(args=args))],
+            args=[cst.Arg(grouped)],  # type: ignore[arg-type]
         )
 
     assert built.value is not None
@@ -92,3 +134,18 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
             f"moved onto the optimizer copies with {model}.adopt_optimizer()",
         )
     )
+
+
+class _OnTheModule(cst.CSTTransformer):
+    """``model.parameters()`` / ``model.named_parameters()`` inside the optimizer call group
+    the wrapped module (``model.model``): its own names, not the wrapper's."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if m.matches(updated, _GROUPED) and m.matches(updated.func.value, m.Name(self.model)):  # type: ignore[attr-defined]
+            func = updated.func.with_changes(value=cst.Attribute(value=cst.Name(self.model), attr=cst.Name("model")))  # type: ignore[attr-defined]
+            return updated.with_changes(func=func)
+        return updated

@@ -143,6 +143,15 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
     the branch holding the optimizer step is chosen on the main thread from a value only the
     step function can compute (the copies' gradients), and the branches do main-thread work
     (logging, counters) around the step. Raises :class:`Blocked` (RPM106) naming the value."""
+    kinds = [builder._classify(s) for s in found.statements]
+    if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
+        raise Blocked(
+            found.statements[kinds.index("measure", kinds.index("update"))],
+            "RPM106",
+            "a gradient norm measured after scaler.update(): in RoundPipe the gradients are the "
+            "optimizer copies' by then and the scale the step used is gone; measure it before "
+            "scaler.step(), or migrate by hand",
+        )
     statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []  # type: ignore[attr-defined]
     measured = {n for s in found.statements if builder._classify(s) == "measure" for n in written_and_read(s)[0]}
     if not measured or found.end >= len(statements):

@@ -20,7 +20,7 @@ from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import optimizer_writes
-from .origins import INLINE, origins
+from .origins import INLINE, exclusive, origins
 from .parallel import parallel_call
 from .plan import Binding, Blocked
 from .step_values import (
@@ -302,7 +302,12 @@ class StepBuilder:
         local_names: Set[str] = set()
         for built in origins(self.rules, optimizer, self.backward):
             model_outer, local = self._model_built_with(built)
-            if any(b.scope is built.scope and outer == model_outer for b, outer in self.builds):
+            if any(
+                b.scope is built.scope
+                and outer == model_outer
+                and not exclusive(self.facts, b.statement, built.statement)  # type: ignore[arg-type]
+                for b, outer in self.builds
+            ):
                 raise Blocked(
                     built.statement or self.backward,
                     "RPM107",

@@ -47,14 +47,15 @@ RULE = Rule(
             "the guard's body becomes `raise RuntimeError(...)` (RoundPipe places the model itself; "
             "comments kept), `model` is wrapped before the optimizer and `model_without_ddp = model` "
             "bound again after the wrap, so its checkpoints become `model_without_ddp.model."
-            "state_dict()` after a synchronize; an unguarded wrap, or a guard doing other work, "
-            "refuses the file (RPM101)",
+            "state_dict()` after a synchronize; a guarded wrap after the optimizer is stopped the same "
+            "way; an unguarded wrap, or a guard doing other work, refuses the file (RPM101)",
             "优化器之前的 `if args.distributed: model = DistributedDataParallel(model, ...); "
             "model_without_ddp = model.module`，优化器基于 `model_without_ddp.parameters()` 构建"
             "（判断之前有 `model_without_ddp = model`）",
             "判断体改为 `raise RuntimeError(...)`（RoundPipe 自己放置模型；注释保留），在优化器之前包装 "
             "`model`，并在包装后重新绑定 `model_without_ddp = model`，于是它的检查点在同步之后改为 "
-            "`model_without_ddp.model.state_dict()`；没有判断的包装，或判断里还做别的事，文件被拒绝（RPM101）",
+            "`model_without_ddp.model.state_dict()`；优化器之后的带判断包装同样处理；没有判断的包装，"
+            "或判断里还做别的事，文件被拒绝（RPM101）",
         ),
         Pattern(
             "accumulation micro-steps in `with model.no_sync() if ... else nullcontext():` (or a "
@@ -75,6 +76,23 @@ RULE = Rule(
                 "    model_without_ddp = model\n    optimizer = torch.optim.SGD(model_without_ddp.optim_parameters(), lr=0.1)",
                 "        with ctx:\n            with torch.autocast",
                 '    model_without_ddp.synchronize()\n    torch.save(model_without_ddp.model.state_dict(), "last.pt")',
+            ),
+        ),
+        Example(  # the guarded wrap after the optimizer is built
+            "import torch\n\n\ndef train(model, batches, distributed):\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    if distributed:\n        model = torch.nn.parallel.DistributedDataParallel(model)\n"
+            '    scaler = torch.amp.GradScaler("cuda")\n'
+            "    for x, y in batches:\n"
+            '        with torch.autocast("cuda"):\n'
+            "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+            "        scaler.scale(loss).backward()\n"
+            "        scaler.step(optimizer)\n"
+            "        scaler.update()\n"
+            "        optimizer.zero_grad()\n",
+            expect=(
+                "    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)\n"
+                "    if distributed:\n        raise RuntimeError(",
             ),
         ),
         Example(  # the guard also changes the device: not only a wrap

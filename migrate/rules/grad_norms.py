@@ -128,6 +128,15 @@ RULE = Rule(
             ),
             codes=("RPM106",),
         ),
+        Example(  # measured after the update: the scale the step used is gone
+            _LOGGED.replace(
+                "        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                "        scaler.step(optimizer)\n        scaler.update()\n",
+                "        scaler.step(optimizer)\n        scaler.update()\n"
+                "        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+            ),
+            codes=("RPM106",),
+        ),
         Example(  # near-miss: a plain fp32 step measuring its norm
             "import torch\n\n# no GradScaler here\n\n\ndef step(model, optimizer):\n"
             "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    optimizer.step()\n    return norm\n",
