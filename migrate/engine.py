@@ -11,6 +11,7 @@ saying why. It never imports torch.
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 from typing import Dict, List, Tuple
 
 import libcst as cst
@@ -23,6 +24,7 @@ from .model_uses import ModelUses
 from .names import ModuleFacts
 from .plan import Blocked
 from .prefilter import might_use_amp
+from .state_helpers import StateHelpers
 from .torch_amp import plan_torch_amp
 from .wrapping import wrap_long_lines
 
@@ -33,7 +35,13 @@ __all__ = ["migrate_source"]
 SCALER_USE = re.compile(r"\.scale\(|\.unscale_\(|\bloss_scaler\b")
 
 
-def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, force: bool = False) -> FileResult:
+def migrate_source(
+    source: str,
+    path: str = "<stdin>",
+    exact: bool = False,
+    force: bool = False,
+    state_helpers: StateHelpers = MappingProxyType({}),
+) -> FileResult:
     """Return the migrated text of ``source`` with what was rewritten and what was not.
 
     Args:
@@ -43,6 +51,8 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
             migrated script reproduces the original's numbers.
         force: analyse the file even when its text has no AMP marker (a project file that
             other given files import).
+        state_helpers: the checkpoint helpers of other files this file calls, with their
+            state-only parameters (:mod:`migrate.state_helpers`; the project layer finds them).
     """
     result = FileResult(path=path, original=source, migrated=source)
     if not (force or might_use_amp(source) or SCALER_USE.search(source)):
@@ -57,7 +67,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
     facts = ModuleFacts(wrapper)
     notes: List[Tuple[cst.CSTNode, str]] = []
     try:
-        plan, rules = plan_torch_amp(facts, exact)
+        plan, rules = plan_torch_amp(facts, exact, state_helpers)
         try:
             notes = plan_apex(facts, exact, plan) if "apex" in source else []
             if not plan.blocked:

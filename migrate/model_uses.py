@@ -11,6 +11,8 @@ from libcst.metadata import Scope
 
 from .parallel import other_trainer
 from .plan import Blocked
+from .returned import returned_targets
+from .state_helpers import state_only_parameter
 from .syntax import code, method_call, only_expression
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ class ModelUses:
                 continue
             seen.add((id(scope), name))
             for access in self.facts.accesses(name, scope):
-                if self.facts.order(access) <= after:
+                if self.facts.order(access) <= after or self._in_stopped_guard(access):
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
@@ -60,14 +62,46 @@ class ModelUses:
                 elif isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_inference_call(access, name)
                 elif isinstance(parent, cst.Arg):
+                    if self._hand_to_state_helper(parent, access, name):
+                        continue
                     self._check_handed_over(parent, access)
                     target = self._parameter_target(parent)
                     if target is not None:
                         queue.append(target)
                 elif isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name)):
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
+                else:  # `return model, optimizer` of a setup function: its callers' names
+                    queue.extend(self._returned_to(access))
             self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
+
+    def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
+        """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""
+        return any(self.facts.within(node, guard.body) for guard in self.rules.plan.stopped_guards)
+
+    def _returned_to(self, access: cst.Name) -> List[Tuple[Scope, str, int]]:
+        """The callers' names for a returned wrapped model (none where it cannot be followed:
+        the model then leaves the file as before)."""
+        try:
+            targets = returned_targets(self.facts, access) or []
+        except Blocked:
+            return []
+        return [(scope, name, self.facts.order(call)) for scope, name, call in targets]
+
+    def _hand_to_state_helper(self, arg: cst.Arg, access: cst.Name, name: str) -> bool:
+        """``save_checkpoint(path, model)`` of another file that only saves or loads the
+        model's state: the helper gets the wrapped module (``model.model``, the original
+        keys) after a synchronize (:mod:`migrate.state_helpers`)."""
+        call = self.facts.parent(arg)
+        if not isinstance(call, cst.Call) or arg.value is not access:
+            return False
+        if state_only_parameter(self.rules.state_helpers, call, arg) is None:
+            return False
+        self.rules.plan.edits.replace_expression(
+            access, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
+        )
+        self._synchronize_before(access, name, "before a checkpoint helper of another file")
+        return True
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.Name) -> None:
         call = self.facts.parent(arg)
@@ -99,6 +133,8 @@ class ModelUses:
             ):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
+                if any(s is alias_scope and n == alias for s, n, _ in self.rules.plan.wrapped_models):
+                    continue  # bound again to the RoundPipe model after the wrap (migrate.ddp_guard)
                 late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
                 if late:
                     raise Blocked(

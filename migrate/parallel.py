@@ -25,10 +25,15 @@ _OTHER_TRAINERS = {
 }
 
 
-def parallel_call(facts: ModuleFacts, node: cst.CSTNode, depth: int = 0) -> Optional[cst.Call]:
+def parallel_call(
+    facts: ModuleFacts, node: cst.CSTNode, depth: int = 0, skip: Optional[cst.CSTNode] = None
+) -> Optional[cst.Call]:
     """A DDP/DataParallel call under ``node``, directly or inside a function of this module
-    that ``node`` calls (``model = wrap_distributed(model)``), else None."""
+    that ``node`` calls (``model = wrap_distributed(model)``), else None; calls under
+    ``skip`` (a guarded wrap the migration stops, :mod:`migrate.ddp_guard`) do not count."""
     for call in facts.subtree(node, cst.Call):
+        if skip is not None and facts.within(call, skip):
+            continue
         if facts.calls_any(call, PARALLEL_WRAPPERS):
             return call
         function = facts.local_function(call)

@@ -48,6 +48,7 @@ class Plan:
     # (statement, model name): main-thread optimizer writes to order after the running step
     synchronize_before: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     taken_names: Set[str] = field(default_factory=set)  # every name the module already uses
+    stopped_guards: List[cst.If] = field(default_factory=list)  # DDP branches now raising (migrate.ddp_guard)
     microbatch: str = ""  # the generated microbatch-count constant (see :meth:`fresh`)
 
     def __post_init__(self) -> None:

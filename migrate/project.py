@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
 from .prefilter import might_use_amp
+from .state_helpers import StateHelper, find_state_helpers
 
 __all__ = ["migrate_project", "project_view", "reconcile", "ProjectFile", "ImportEdge"]
 
@@ -72,18 +73,27 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
             results[path] = migrate_source(
                 project_file.source, path, exact=exact, force=path in imported_by_amp and path not in amp
             )
-    reconcile(files, results)
+    reconcile(files, results, exact)
     return results
 
 
-def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False) -> None:
     """Apply the project rules to per-file ``results`` (keyed like ``files``), in place.
 
     The per-file results may come from anywhere (worker processes included); afterwards no
     result holds a change while a file of the same program is refused, a wrapped model
     handed to another file's function refuses its file, and users of a project loss-scaler
-    wrapper are named.
+    wrapper are named. A file that calls checkpoint helpers of another given file is
+    migrated again knowing which of their parameters only save or load state (``exact`` as
+    for the first run).
     """
+    helpers = {path: _state_helpers_of(files, path) for path in files}
+    for path, found in helpers.items():  # in place: the caller may hold the result objects
+        result = results[path]
+        if found and files[path].tree is not None and (result.changed or result.diagnostics):
+            again = migrate_source(files[path].source, path, exact=exact, force=True, state_helpers=found)
+            result.migrated, result.rewrites = again.migrated, again.rewrites
+            result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
     _refuse_models_handed_across(files, results)
     _name_wrapper_users(files, results)
     _keep_components_consistent(files, results)
@@ -228,35 +238,66 @@ def _callee(node: ast.Call, imported: Dict[str, Tuple[str, int]]) -> Optional[Tu
     return None
 
 
+def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, StateHelper]:
+    """The checkpoint helpers of other given files that ``path`` imports, under the names
+    its call sites use (``save_checkpoint``, ``ckpt.save_checkpoint``)."""
+    found: Dict[str, StateHelper] = {}
+    for edge in files[path].imports:
+        target = files[edge.target].tree
+        defined = find_state_helpers(target) if target is not None else {}
+        for bound, name in edge.names:
+            if name in defined:
+                found[bound] = defined[name]
+        if edge.module_alias:
+            found.update({f"{edge.module_alias}.{name}": helper for name, helper in defined.items()})
+    return found
+
+
 def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
     """A wrapped model passed to a function of another given file: what that function does
-    with it (checkpoint keys, evaluation, another trainer) is not followed across files."""
+    with it (checkpoint keys, evaluation, another trainer) is not followed across files.
+    The migrated text is what is checked: where the engine hands such a function the wrapped
+    module instead (``model.model``: a checkpoint helper, an optimizer helper), nothing is
+    handed across; the refusal names the call's line in the original."""
     for path, result in results.items():
-        tree = files[path].tree
-        if not result.changed or not result.wrapped_models or tree is None:
+        if not result.changed or not result.wrapped_models or files[path].tree is None:
             continue
         imported = _imported_functions(files[path])
         wrapped = set(result.wrapped_models)
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            callee = _callee(node, imported)
-            passed = [
-                a.id
-                for a in [*node.args, *(k.value for k in node.keywords)]
-                if isinstance(a, ast.Name) and a.id in wrapped
-            ]
+        for node in ast.walk(ast.parse(result.migrated)):
+            callee = _callee(node, imported) if isinstance(node, ast.Call) else None
+            passed = _names_passed(node, wrapped) if callee is not None else []
             if callee is not None and passed:
                 name, target, _ = callee
                 _refuse(
                     result,
-                    node.lineno,
+                    _original_line(files[path], name, passed[0]),
                     f"the model {passed[0]!r} would be wrapped with RoundPipe, "
                     f"but it is passed to {name}() of {target}, which the migration does not "
                     "follow across files (checkpoint keys, evaluation, other trainers); "
                     "file left unchanged",
                 )
                 break
+
+
+def _names_passed(node: ast.AST, names: Set[str]) -> List[str]:
+    """The ``names`` a call passes as plain-name arguments."""
+    assert isinstance(node, ast.Call)
+    return [a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name) and a.id in names]
+
+
+def _original_line(project_file: ProjectFile, callee: str, model: str) -> int:
+    """The line of the original's first call of ``callee`` passing ``model`` (else 1)."""
+    assert project_file.tree is not None
+    imported = _imported_functions(project_file)
+    lines = [
+        node.lineno
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.Call)
+        and (_callee(node, imported) or ("",))[0] == callee
+        and model in _names_passed(node, {model})
+    ]
+    return min(lines, default=1)
 
 
 def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], int]:

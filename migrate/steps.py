@@ -15,11 +15,22 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
+from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
+from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import optimizer_writes
+from .origins import INLINE, exclusive, origins
 from .parallel import parallel_call
 from .plan import Binding, Blocked
+from .step_values import (
+    GUARDABLE,
+    branches,
+    classify_value_statement,
+    escaping_values,
+    on_copies,
+    refuse_step_chosen_by_a_measure,
+)
 from .syntax import (
     assigned_names,
     code,
@@ -42,7 +53,7 @@ __all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABL
 #: RPM113 (work between the forward and the backward that shares their values). A step
 #: refused for one of these takes the autograd form instead, which keeps them as written.
 UNFUSABLE = frozenset({"RPM106", "RPM107", "RPM113"})
-_GUARDABLE: Set[Optional[str]] = {"unscale", "clip"}  # step statements an `if` may hold alone
+_GUARDABLE: Set[Optional[str]] = set(GUARDABLE)  # step statements an `if` may hold alone
 
 
 class StepBuilder:
@@ -68,6 +79,7 @@ class StepBuilder:
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
         found = self._find_step_group()
+        refuse_step_chosen_by_a_measure(self, found)
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
@@ -124,14 +136,16 @@ class StepBuilder:
         places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
             (function or self.facts.module, optimizer, model, [self.backward])
         ]
-        built: Optional[Binding] = getattr(self, "built", None)
-        if built is not None and built.scope is not self.facts.scope(self.backward) and trainer:
+        builds: List[Tuple[Binding, str]] = getattr(self, "builds", [])
+        for built, model_outer in builds:
+            if built.scope is self.facts.scope(self.backward) or not trainer or built.name == INLINE:
+                continue
             scope = built.scope
             root: cst.CSTNode = (
                 self.facts.function_of(scope) if isinstance(scope, Scope) else None
             ) or self.facts.module
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
-            places.append((root, built.name, self.model_outer, calls))
+            places.append((root, built.name, model_outer, calls))
         for root, name, model_name, anchors in places:
             for statement in optimizer_writes(self.facts, root, name, self._is_scheduler, skipped, trainers):
                 if any(self._may_run_after(statement, anchor) for anchor in anchors):
@@ -146,6 +160,9 @@ class StepBuilder:
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+        value_kind = classify_value_statement(self, statement)  # grad norms, `if clip: ... else: ...`
+        if value_kind is not None:
+            return value_kind
         if (
             isinstance(statement, cst.If)
             and statement.orelse is None
@@ -180,8 +197,8 @@ class StepBuilder:
         for statement in group:
             kind = self._classify(statement)
             found.append((statement, kind))
-            if kind == "guarded" and isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
-                found += [(inner, self._classify(inner)) for inner in statement.body.body]
+            if kind == "guarded" and isinstance(statement, cst.If):
+                found += [(inner, self._classify(inner)) for part in branches(statement) for inner in part]
         return found
 
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
@@ -201,7 +218,8 @@ class StepBuilder:
             if found is not None:
                 return found
             loop = self.facts.parent(block)
-            if stopped or not isinstance(loop, (cst.For, cst.While)) or loop.orelse is not None:
+            climbable = isinstance(loop, (cst.For, cst.While)) and loop.orelse is None
+            if stopped or not (climbable or is_sync_context(self.facts, loop)):  # no_sync/nullcontext block
                 break
             outer = self.facts.parent(loop)
             if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
@@ -277,13 +295,39 @@ class StepBuilder:
         return optimizer
 
     def _model_for(self, optimizer: str) -> str:
-        """The model's name in the step's scope; plans the wrap and the optimizer rewrite."""
-        built = self.rules._constructed(optimizer, self.backward)
+        """The model's name in the step's scope; plans the wrap and the optimizer rewrite
+        for every place the step's optimizer is built (a training function called for two
+        models wraps each)."""
+        self.builds: List[Tuple[Binding, str]] = []
+        local_names: Set[str] = set()
+        for built in origins(self.rules, optimizer, self.backward):
+            model_outer, local = self._model_built_with(built)
+            if any(
+                b.scope is built.scope
+                and outer == model_outer
+                and not exclusive(self.facts, b.statement, built.statement)  # type: ignore[arg-type]
+                for b, outer in self.builds
+            ):
+                raise Blocked(
+                    built.statement or self.backward,
+                    "RPM107",
+                    f"the model {model_outer!r} is trained with several optimizers through one step",
+                )
+            self.builds.append((built, model_outer))
+            local_names.add(local)
+        if len(local_names) != 1:
+            raise Blocked(self.backward, "RPM107", "the step trains models it sees under different names")
+        self.built, self.model_outer = self.builds[0]
+        return local_names.pop()
+
+    def _model_built_with(self, built: Binding) -> Tuple[str, str]:
+        """(the model's name where ``built`` builds the optimizer, its name in the step's
+        scope); plans the wrap and the optimizer rewrite."""
         if not isinstance(built.value, cst.Call):
             raise Blocked(
                 built.statement or self.backward,
                 "RPM108",
-                f"optimizer {optimizer!r} is not built by a call in this file",
+                f"optimizer {built.name or code(built.value or cst.Name('?'))!r} is not built by a call in this file",
             )
         parameter_calls = []
 
@@ -294,6 +338,13 @@ class StepBuilder:
 
         built.value.visit(FindParameters())
         owners = {call.func.value.value for call in parameter_calls}
+        if not owners:  # `create_optimizer(model, cfg)`: a helper groups the parameters
+            found = helper_model(self, built)
+            if found is not None:
+                model_outer, local = found
+                self._reject_parallel(model_outer, built)
+                plan_adopting_wrap(self, built, model_outer)
+                return model_outer, local
         if len(owners) != 1:
             raise Blocked(
                 built.value,
@@ -303,14 +354,19 @@ class StepBuilder:
                 "cannot be mapped to RoundPipe's optimizer copies)",
             )
         model_outer = owners.pop()
-        self._reject_parallel(model_outer, built)
+        guard = find_ddp_guard(self.facts, built, model_outer)  # `if args.distributed: model = DDP(model)`
+        model_outer = guard.model if guard is not None else model_outer
+        for trained in {model_outer, *aliased_models(self.facts, built, model_outer)}:
+            self._reject_parallel(trained, built, guard.statement if guard is not None else None)
         self._plan_wrap(built, model_outer, parameter_calls)
-        self.built, self.model_outer = built, model_outer
-        return self._local_name_for(model_outer, built)
+        if guard is not None:
+            plan_ddp_guard(self, built, guard)
+        return model_outer, self._local_name_for(model_outer, built)
 
-    def _reject_parallel(self, model: str, built: Binding) -> None:
+    def _reject_parallel(self, model: str, built: Binding, guard: Optional[cst.CSTNode] = None) -> None:
+        """RPM101 for a DDP/DataParallel binding of ``model``, except under ``guard``."""
         for node in self.facts.assignments(model, built.scope):
-            call = parallel_call(self.facts, self.facts.statement_of(node))
+            call = parallel_call(self.facts, self.facts.statement_of(node), skip=guard)
             if call is not None:
                 raise Blocked(
                     call,
@@ -328,10 +384,10 @@ class StepBuilder:
         if function is not None:
             for param in function.params.params:
                 try:
-                    outer = self.rules._caller_binding(Binding(step_scope, param.name.value, None, None), function)
+                    reached = origins(self.rules, param.name.value, function.body.body[0])
                 except Blocked:
                     continue
-                if outer.name == model_outer and outer.scope is built.scope:
+                if any(outer.name == model_outer and outer.scope is built.scope for outer in reached):
                     self._wrapped_parameter(function, param.name.value)
                     return param.name.value
         return model_outer
@@ -616,7 +672,7 @@ class StepBuilder:
         if isinstance(loop, (cst.For, cst.While)):
             if isinstance(loop, cst.For):
                 names |= set(names_in(loop.target))
-            earlier = self.body[: region.outer_index]
+            earlier = earlier_in_sync_blocks(self.facts, self.block) + self.body[: region.outer_index]
             if region.with_statement is not None:
                 earlier = earlier + region.statements[: region.start]
             for statement in earlier:
@@ -784,19 +840,22 @@ class StepBuilder:
             zero_call = only_expression(self.body[zero_grads[0]])
             arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
             moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
-        step_suffix = ", is_async=False" if self.rules.exact else ""
+        escaping = escaping_values(self, [s for s, _ in self._with_kinds(group)])
+        step_suffix = ", is_async=False" if self.rules.exact or escaping.names else ""
 
         def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
             inside, update = self._step_body(updated, kinds, optimizer)
             if moved_zero is not None:
                 inside.append(moved_zero)
+            if escaping.declaration is not None:
+                inside = [escaping.declaration.with_changes(leading_lines=inside[0].leading_lines), *inside]
             definition = cst.parse_statement(f"def {step_fn}():\n    pass\n")
             definition = definition.with_changes(
                 leading_lines=inside[0].leading_lines,
                 body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
             )
             step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
-            return [definition, step] + ([update] if update is not None else [])
+            return [*escaping.bindings, definition, step] + ([update] if update is not None else [])
 
         plan.edits.replace_range(found.block, found.start, found.end, build)
         self.rules.plan.step_statements.update(self.body[index] for index in zero_grads)
@@ -804,6 +863,14 @@ class StepBuilder:
             plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))
         plan.rewrites.append((group[0], self.step_rewrite))
+        if escaping.names:
+            plan.rewrites.append(
+                (
+                    group[0],
+                    f"step run synchronously: {', '.join(escaping.names)} "
+                    "(measured in the step) is read on the main thread",
+                )
+            )
 
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
         """Expression edits inside the step statements: clipping on the optimizer copies,
@@ -811,6 +878,8 @@ class StepBuilder:
         for statement, kind in self._with_kinds(group):
             if kind == "clip":
                 self._clip_on_copies(statement, model)
+            if kind == "measure":
+                on_copies(self, statement, model)
             if kind == "zero_grad":
                 call = only_expression(statement)
                 if call.func.value.value == model:

@@ -23,6 +23,7 @@ caller leaves the whole file untouched with that diagnostic.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Callable, List, Optional, Set, Tuple, TypeVar, Union
 
 import libcst as cst
@@ -33,6 +34,8 @@ from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
+from .returned import returned_name, returned_targets
+from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 
@@ -44,9 +47,10 @@ T = TypeVar("T")
 class TorchAmpRules:
     """Finds GradScalers and their training steps in one module and plans the rewrite."""
 
-    def __init__(self, facts: ModuleFacts, exact: bool) -> None:
+    def __init__(self, facts: ModuleFacts, exact: bool, state_helpers: StateHelpers = MappingProxyType({})) -> None:
         self.facts = facts
         self.exact = exact
+        self.state_helpers = state_helpers  # checkpoint helpers of other files (migrate.state_helpers)
         self.plan = Plan(taken_names=set(facts.all_names))
         self._step_method_uses: List[cst.Name] = []
         self._rewritten_constructors: Set[cst.Call] = set()
@@ -274,6 +278,9 @@ class TorchAmpRules:
                 self._follow_into_function(parent, name, depth)
             elif _tests_presence(parent, access):
                 continue  # `if scaler is not None:`, `if scaler:`: optional AMP
+            elif (targets := returned_targets(self.facts, access)) is not None:
+                for target_scope, target, _ in targets:  # `return model, scaler` of a setup function
+                    self._follow_scaler(target, target_scope, depth + 1)
             else:
                 raise Blocked(
                     access,
@@ -285,6 +292,8 @@ class TorchAmpRules:
         call = self.facts.parent(arg)
         function = self.facts.local_function(call)
         if function is None:
+            if isinstance(call, cst.Call) and state_only_parameter(self.state_helpers, call, arg) is not None:
+                return  # a checkpoint helper of another file: the scaler's state dict is torch's
             raise Blocked(
                 arg,
                 "RPM104",
@@ -323,6 +332,9 @@ class TorchAmpRules:
             small = statement.body[0]
             if isinstance(small, cst.Assign) and len(small.targets) == 1:
                 value = small.value
+                inner = returned_name(self.facts, small, name)  # `model, optimizer = build()`
+                if inner is not None:
+                    return self._binding(inner.value, inner)
         return Binding(assignment.scope, name, statement, value)
 
     def _caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
@@ -450,6 +462,8 @@ class TorchAmpRules:
         backward_attr = self.facts.parent(scale_call)
         backward_call = self.facts.parent(backward_attr)
         statement = self.facts.statement_of(access)
+        if statement in self.plan.backward_statements:
+            return  # reached again (the function is called twice, or with another scaler)
         if not (
             isinstance(scale_call, cst.Call)
             and isinstance(backward_attr, cst.Attribute)
@@ -499,7 +513,9 @@ def _tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
     return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access
 
 
-def plan_torch_amp(facts: ModuleFacts, exact: bool) -> Tuple[Plan, TorchAmpRules]:
+def plan_torch_amp(
+    facts: ModuleFacts, exact: bool, state_helpers: StateHelpers = MappingProxyType({})
+) -> Tuple[Plan, TorchAmpRules]:
     """Plan the rewrite of every torch GradScaler training step in the module."""
-    rules = TorchAmpRules(facts, exact)
+    rules = TorchAmpRules(facts, exact, state_helpers)
     return rules.run(), rules

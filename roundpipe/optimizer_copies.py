@@ -64,6 +64,10 @@ class OptimizerCopies:
         self._model_side = [param for param, _ in pairs]
         self._copy_side = [copy for _, copy in pairs]
 
+    def copy_of(self, param: nn.Parameter) -> Optional[nn.Parameter]:
+        """The copy of one of the module's parameters (None: frozen, or not the module's)."""
+        return self._ensure().get(param)
+
     def named(self, prefix: str, remove_duplicate: bool) -> Iterator[Tuple[str, nn.Parameter]]:
         """``(name, copy)`` for every trainable parameter, named as in the wrapped module
         under ``prefix`` (tied parameters once, unless ``remove_duplicate`` is False)."""

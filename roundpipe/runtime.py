@@ -20,6 +20,7 @@ from torch import nn
 
 from . import optim_stream
 from .microbatch import merge_outputs, split_inputs, split_label, to_device
+from .optimizer_adoption import adopt_optimizer
 from .optimizer_copies import HandedGrads, OptimizerCopies
 from .optimizer_ctx import OptimizerCtx, optimizer_ctx_active
 from .run_config import RoundPipeRunConfig, resolve
@@ -416,6 +417,15 @@ class RoundPipe(nn.Module):
         """The optimizer copies (build the optimizer on these)."""
         for _, copy_param in self.optim_named_parameters():
             yield copy_param
+
+    def adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Move an optimizer built on the wrapped module's own parameters (by a helper that
+        groups them by name: decay/no-decay, layer-wise lr) onto the optimizer copies, by
+        identity, keeping every group option; returns it (see
+        :func:`roundpipe.optimizer_adoption.adopt_optimizer`). Waits for a running step
+        first. Not in upstream RoundPipe. Main thread."""
+        self._wait_for_optimizer("RoundPipe.adopt_optimizer()")
+        return adopt_optimizer(optimizer, self.model, self._copies.copy_of)
 
     def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:
         """The model's parameters, or the optimizer copies inside :class:`OptimizerCtx`."""

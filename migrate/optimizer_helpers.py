@@ -1,0 +1,151 @@
+"""Optimizers built by a helper of the project from parameter groups (issue 10, shape 8).
+
+``create_optimizer(model, lr=..., weight_decay=...)`` groups the module's parameters by name
+(decay / no-decay, layer-wise learning rates, ``named_parameters()`` filters) and builds the
+optimizer itself, so ``model.parameters()`` cannot be rewritten to the optimizer copies. The
+helper is given the wrapped module instead (``model.model``: the same names, the same
+parameter objects) and the optimizer it returns is moved onto the copies by identity at run
+time, every group option kept::
+
+    model = roundpipe.RoundPipe(model, ...)
+    optimizer = model.adopt_optimizer(create_optimizer(model.model, lr=..., weight_decay=...))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .origins import origins
+from .plan import Binding, Blocked
+
+if TYPE_CHECKING:
+    from .steps import StepBuilder
+
+__all__ = ["helper_model", "plan_adopting_wrap"]
+
+
+_GROUPED = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters") | m.Name("named_parameters")))
+
+
+def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str]]:
+    """(the model's name where the optimizer is built, its name in the step's scope) when
+    exactly one model the step calls in its forward is what the optimizer call groups:
+    passed to it as a plain name (``create_optimizer(model, cfg)``), grouped inside it
+    (``AdamW([{"params": [p for n, p in model.named_parameters() if ...]}])``), or grouped
+    by an earlier statement of the same scope whose result it is given
+    (``groups = param_groups(model, wd)``; ``AdamW(groups, ...)``); else None."""
+    call = built.value
+    if not isinstance(call, cst.Call):
+        return None
+    names = [name for name, _ in _grouped_names(call)]
+    for arg in call.args:
+        if not arg.star and isinstance(arg.value, cst.Name):
+            earlier = _earlier_value(step, built, arg.value)
+            names += [name for name, _ in _grouped_names(earlier)] if earlier is not None else []
+    found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
+    if len(found) != 1:
+        return None
+    name, _ = found[0]
+    return name, step._local_name_for(name, built)
+
+
+def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
+    """Names a call passes as plain arguments or groups with ``x.parameters()`` /
+    ``x.named_parameters()`` inside it."""
+    found: List[Tuple[str, cst.Name]] = []
+    if isinstance(node, cst.Call):
+        found += [(a.value.value, a.value) for a in node.args if not a.star and isinstance(a.value, cst.Name)]
+    for grouped in m.findall(node, _GROUPED):
+        receiver = grouped.func.value  # type: ignore[attr-defined]
+        found.append((receiver.value, receiver))
+    return found
+
+
+def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optional[cst.BaseExpression]:
+    """The value a plain name passed to the optimizer call was bound to by one earlier
+    assignment of the same scope (``groups = ...``), else None."""
+    facts = step.facts
+    scope = facts.scope(name)
+    assignments = list(scope[name.value]) if scope is not None else []
+    if len(assignments) != 1 or scope is not built.scope:
+        return None
+    node = assignments[0].node
+    if not isinstance(node, cst.CSTNode) or facts.order(node) >= facts.order(built.value):  # type: ignore[arg-type]
+        return None
+    line = facts.statement_of(node)
+    small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    return small.value
+
+
+def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
+    """The names under which the step's function sees ``name`` of the helper's scope and
+    calls it (at most one)."""
+    facts = step.facts
+    step_scope = facts.scope(step.backward)
+    function = facts.enclosing(step.backward, (cst.FunctionDef,))
+    root = function or facts.module
+    if step_scope is built.scope:
+        candidates = [name]
+    elif isinstance(function, cst.FunctionDef):
+        candidates = []
+        for param in function.params.params:
+            try:
+                reached = origins(step.rules, param.name.value, function.body.body[0])
+            except Blocked:
+                continue
+            if any(o.name == name and o.scope is built.scope for o in reached):
+                candidates.append(param.name.value)
+    else:
+        candidates = []
+    return [c for c in candidates if step._model_calls(root, c)][:1]
+
+
+def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
+    """Wrap ``model`` before the statement that builds the optimizer, give the helper the
+    wrapped module and move its optimizer onto the copies (``model.adopt_optimizer``)."""
+    plan = step.rules.plan
+
+    def adopt(updated: cst.BaseExpression) -> cst.BaseExpression:
+        assert isinstance(updated, cst.Call)
+        args = [
+            a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("model")))
+            if not a.star and isinstance(a.value, cst.Name) and a.value.value == model
+            else a
+            for a in updated.args
+        ]
+        grouped = updated.with_changes(args=args).visit(_OnTheModule(model))
+        return cst.Call(
+            func=cst.Attribute(value=cst.Name(model), attr=cst.Name("adopt_optimizer")),
+            args=[cst.Arg(grouped)],  # type: ignore[arg-type]
+        )
+
+    assert built.value is not None
+    plan.edits.replace_expression(built.value, adopt)
+    step._plan_wrap(built, model, [])
+    plan.rewrites.append(
+        (
+            built.value,
+            f"optimizer built by a helper on {model}.model (its own parameter names), "
+            f"moved onto the optimizer copies with {model}.adopt_optimizer()",
+        )
+    )
+
+
+class _OnTheModule(cst.CSTTransformer):
+    """``model.parameters()`` / ``model.named_parameters()`` inside the optimizer call group
+    the wrapped module (``model.model``): its own names, not the wrapper's."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if m.matches(updated, _GROUPED) and m.matches(updated.func.value, m.Name(self.model)):  # type: ignore[attr-defined]
+            func = updated.func.with_changes(value=cst.Attribute(value=cst.Name(self.model), attr=cst.Name("model")))  # type: ignore[attr-defined]
+            return updated.with_changes(func=func)
+        return updated

@@ -1,0 +1,99 @@
+"""Where an object a training step uses was built: every binding that reaches a name.
+
+A name bound in its own scope has one origin, that binding. A function parameter has the
+origins of what each same-file call site passes: a name is followed further, a call
+expression written in the argument (``train(model, create_optimizer(model, cfg))``) is an
+origin itself. So a training function called for two models (each with its own optimizer)
+has two origins for its optimizer parameter, and each is wrapped where it is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List
+
+import libcst as cst
+
+from .names import argument_for
+from .plan import Binding, Blocked
+
+if TYPE_CHECKING:
+    from .names import ModuleFacts
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["origins", "exclusive", "INLINE"]
+
+#: the name of an origin that is a call written in an argument: it binds no name
+INLINE = ""
+
+_MAX_DEPTH = 4
+
+
+def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) -> List[Binding]:
+    """The bindings that can reach ``name`` at ``at``, each once, in call-site order.
+
+    Raises :class:`Blocked` (RPM108) when a parameter cannot be followed: its function is not
+    called in this file, too deep, or a call site passes something else than a name or a
+    call expression on a line of its own statement."""
+    facts = rules.facts
+    binding = rules._binding(name, at)
+    if binding.statement is not None:
+        return _exclusive_branches(rules, binding, at) or [binding]
+    function = facts.function_of(binding.scope)  # type: ignore[arg-type]
+    if function is None or depth > _MAX_DEPTH:
+        raise Blocked(at, "RPM108", f"cannot follow {name!r} to where it is built")
+    sites = facts.call_sites(function)
+    if not sites:
+        raise Blocked(
+            function,
+            "RPM108",
+            f"{function.name.value}() is not called in this file; its model/optimizer cannot be followed",
+        )
+    found: List[Binding] = []
+    for site in sites:
+        value = argument_for(site, function, name)
+        if isinstance(value, cst.Name):
+            reached = origins(rules, value.value, site, depth + 1)
+        elif isinstance(value, cst.Call) and isinstance(facts.statement_of(site), cst.SimpleStatementLine):
+            reached = [Binding(facts.scope(site), INLINE, facts.statement_of(site), value)]  # type: ignore[arg-type]
+        else:
+            raise Blocked(site, "RPM108", f"{name!r} is not passed as a plain name or a call")
+        for origin in reached:
+            if not any(origin.statement is f.statement and origin.value is f.value for f in found):
+                found.append(origin)
+    return found
+
+
+def _exclusive_branches(rules: "TorchAmpRules", binding: Binding, at: cst.CSTNode) -> List[Binding]:
+    """``if adam: optimizer = Adam(...) else: optimizer = SGD(...)``: the bindings of the name
+    before ``at`` when there are several and each pair sits in different branches of one
+    ``if`` (only one of them runs), each as an origin; else none."""
+    facts = rules.facts
+    scope = binding.scope
+    nodes = [
+        a.node
+        for a in scope[binding.name]  # type: ignore[index]
+        if isinstance(a.node, cst.CSTNode) and facts.order(a.node) < facts.order(at)
+    ]
+    if len(nodes) < 2 or any(isinstance(n, cst.Param) for n in nodes):
+        return []
+    statements = [facts.statement_of(n) for n in nodes]
+    if not all(exclusive(facts, first, second) for i, first in enumerate(statements) for second in statements[i + 1 :]):
+        return []
+    found = []
+    for statement in statements:
+        small = (
+            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        )
+        if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+            return []
+        found.append(Binding(scope, binding.name, statement, small.value))  # type: ignore[arg-type]
+    return found
+
+
+def exclusive(facts: "ModuleFacts", first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """``first`` and ``second`` are in different branches (body / else) of one ``if``."""
+    for ancestor in facts.ancestors(first):
+        if isinstance(ancestor, cst.If) and facts.within(second, ancestor):
+            in_body = [facts.within(node, ancestor.body) for node in (first, second)]
+            return in_body[0] != in_body[1]
+    return False

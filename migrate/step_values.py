@@ -1,0 +1,172 @@
+"""Gradient norms inside the optimizer step: measured, clipped under a condition, returned.
+
+Real steps measure the gradient norm between the backward and ``scaler.step``
+(``grad_norm = clip_grad_norm_(model.parameters(), clip)``, ``norm = grad_norm_of(
+model.parameters()) / scaler.get_scale()``), often under ``if clip > 0: ... else: ...``,
+and the norm leaves the step: logged, returned with the loss. Such statements move into the
+step function with the rest of the optimizer work, measuring the optimizer copies (which hold
+the gradients once ``model.step`` has handed them over: ``model.parameters()`` becomes
+``model.optim_parameters()``). A name they bind that is read outside the step is declared
+``nonlocal``/``global`` in the step function, and that step runs synchronously
+(``is_async=False``), so the main thread reads the value of this iteration's step, never a
+stale one or one being written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .names import CLIP_FUNCTIONS
+from .plan import Blocked
+from .syntax import code, names_outside, written_and_read
+
+if TYPE_CHECKING:
+    from .steps import StepBuilder, StepGroup
+
+__all__ = [
+    "GUARDABLE",
+    "EscapingValues",
+    "branches",
+    "classify_value_statement",
+    "escaping_values",
+    "on_copies",
+    "refuse_step_chosen_by_a_measure",
+]
+
+#: step statements an ``if`` (with or without ``else``) may hold alone
+GUARDABLE = frozenset({"unscale", "clip", "measure"})
+
+_PARAMETERS = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])
+
+
+def branches(statement: cst.If) -> List[List[cst.BaseStatement]]:
+    """The statement lists of every branch of an ``if``/``elif``/``else`` chain (empty for a
+    branch that is not an indented block)."""
+    found: List[List[cst.BaseStatement]] = []
+    node = statement
+    while True:
+        found.append(_statements(node.body))
+        if isinstance(node.orelse, cst.If):
+            node = node.orelse
+            continue
+        if isinstance(node.orelse, cst.Else):
+            found.append(_statements(node.orelse.body))
+        return found
+
+
+def _statements(block: cst.BaseSuite) -> List[cst.BaseStatement]:
+    return list(block.body) if isinstance(block, cst.IndentedBlock) else []
+
+
+def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatement) -> Optional[str]:
+    """``"measure"`` for ``name = <a clip call, or a call given model.parameters()>``;
+    ``"guarded"`` for an ``if`` with an ``else`` or ``elif`` whose every branch holds only
+    unscale/clip/measure statements; else None (the caller's own classification)."""
+    if isinstance(statement, cst.If) and statement.orelse is not None:
+        parts = branches(statement)
+        if all(parts) and all(builder._classify(s) in GUARDABLE for part in parts for s in part):
+            return "guarded"
+        return None
+    if not (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and all(isinstance(t.target, cst.Name) for t in statement.body[0].targets)
+    ):
+        return None
+    value = statement.body[0].value
+    calls = m.findall(value, m.Call())
+    if any(isinstance(c, cst.Call) and builder.facts.calls_any(c, CLIP_FUNCTIONS) for c in calls):
+        return "measure"
+    given_parameters = m.Call(args=[m.ZeroOrMore(), m.Arg(value=_PARAMETERS), m.ZeroOrMore()])
+    return "measure" if m.findall(value, given_parameters) else None
+
+
+def on_copies(builder: "StepBuilder", statement: cst.BaseStatement, model: str) -> None:
+    """``model.parameters()`` in a moved statement measures the optimizer copies."""
+    for call in m.findall(statement, m.Call(func=m.Attribute(value=m.Name(model), attr=m.Name("parameters")))):
+        assert isinstance(call, cst.Call)
+        builder.rules.plan.edits.replace_expression(
+            call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
+        )
+
+
+@dataclass(frozen=True)
+class EscapingValues:
+    """Names the step statements bind that are read outside the step: ``declaration`` opens
+    the step function (``nonlocal``/``global``), ``bindings`` go before it for names the
+    enclosing function would no longer bind anywhere else."""
+
+    names: Tuple[str, ...]
+    declaration: Optional[cst.SimpleStatementLine]
+    bindings: Tuple[cst.SimpleStatementLine, ...]
+
+
+def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStatement]) -> EscapingValues:
+    """What the step function must declare so the values its ``measure`` statements bind
+    reach the main thread (``statements``: the step's own, nested ones included)."""
+    facts = builder.facts
+    written: List[str] = []
+    for statement in statements:
+        if builder._classify(statement) == "measure":
+            written += sorted(written_and_read(statement)[0] - set(written))
+    if not written:
+        return EscapingValues((), None, ())
+    function = facts.enclosing(builder.backward, (cst.FunctionDef,))
+    root = function if isinstance(function, cst.FunctionDef) else facts.module
+    moved = set(statements)
+    outside = names_outside(facts, root, moved)
+    names = tuple(n for n in written if n in outside)
+    if not names:
+        return EscapingValues((), None, ())
+    if not isinstance(function, cst.FunctionDef):
+        return EscapingValues(names, cst.parse_statement(f"global {', '.join(names)}\n"), ())  # type: ignore[arg-type]
+    scope = facts.scope(builder.backward)
+    unbound = [
+        n for n in names if scope is None or not any(not _under(facts, a.node, moved) for a in scope.assignments[n])
+    ]
+    bindings = tuple(cst.parse_statement(f"{n} = None\n") for n in unbound)
+    declaration = cst.parse_statement(f"nonlocal {', '.join(names)}\n")
+    return EscapingValues(names, declaration, bindings)  # type: ignore[arg-type]
+
+
+def _under(facts, node: object, statements: set) -> bool:
+    return isinstance(node, cst.CSTNode) and any(a in statements for a in [node, *facts.ancestors(node)])
+
+
+def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") -> None:
+    """``norm = clip_grad_norm_(...)`` then ``if not torch.isfinite(norm): ... scaler.step``:
+    the branch holding the optimizer step is chosen on the main thread from a value only the
+    step function can compute (the copies' gradients), and the branches do main-thread work
+    (logging, counters) around the step. Raises :class:`Blocked` (RPM106) naming the value."""
+    kinds = [builder._classify(s) for s in found.statements]
+    if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
+        raise Blocked(
+            found.statements[kinds.index("measure", kinds.index("update"))],
+            "RPM106",
+            "a gradient norm measured after scaler.update(): in RoundPipe the gradients are the "
+            "optimizer copies' by then and the scale the step used is gone; measure it before "
+            "scaler.step(), or migrate by hand",
+        )
+    statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []  # type: ignore[attr-defined]
+    measured = {n for s in found.statements if builder._classify(s) == "measure" for n in written_and_read(s)[0]}
+    if not measured or found.end >= len(statements):
+        return
+    following = statements[found.end]
+    if not isinstance(following, cst.If) or not builder._mentions(following, builder.anchor):
+        return
+    decided_by = sorted(measured & set(names_outside(builder.facts, following.test, set())))
+    if decided_by:
+        raise Blocked(
+            following,
+            "RPM106",
+            f"the optimizer step is chosen by `{code(following.test)}`, which reads "
+            f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
+            "that value exists only inside the step function, and the branches do main-thread "
+            "work around `scaler.step`; migrate this step by hand (compute the norm in the step "
+            "function and keep one unconditional `scaler.step`: it already skips non-finite steps)",
+        )
