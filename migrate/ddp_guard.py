@@ -39,11 +39,7 @@ __all__ = ["DdpGuard", "find_ddp_guard", "plan_ddp_guard", "is_sync_context"]
 
 _NULLCONTEXT = {"contextlib.nullcontext"}
 
-_STOP = (
-    'raise RuntimeError("roundpipe-migrate: this program trains with RoundPipe, which places the '
-    "model on this machine's devices itself; DistributedDataParallel is not used: run it as one "
-    'process")\n'
-)
+_STOP = 'raise RuntimeError("roundpipe-migrate: RoundPipe places the model itself; run this program as one process")\n'
 
 
 @dataclass(frozen=True)

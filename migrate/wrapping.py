@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Set, Union
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 __all__ = ["LINE_LENGTH", "wrap_long_lines"]
@@ -57,7 +58,12 @@ def _indent_of(line: str) -> str:
 
 
 class _OutermostSplittable(cst.CSTVisitor):
-    """For each of ``lines``, the outermost splittable node lying on that line alone."""
+    """For each of ``lines``, the outermost splittable node to split for it: one lying on
+    that line alone, or one spanning it that is not yet split one element per line (a call
+    whose arguments hug their own line, ``f(\\n    a, g(b)\\n)``: ruff format splits every
+    bracket around a split one, so the outer one goes first). A node holding a comment is
+    never chosen (splitting rewrites its whitespace), and nodes under a chosen one wait for
+    the next round, when their own line's indentation is known."""
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
@@ -65,6 +71,7 @@ class _OutermostSplittable(cst.CSTVisitor):
         super().__init__()
         self._lines = lines
         self._in_fstring = 0
+        self._chosen_until = 0  # the last line of the chosen node being visited, if any
         self.found: Dict[int, Splittable] = {}
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
@@ -79,11 +86,30 @@ class _OutermostSplittable(cst.CSTVisitor):
         if self._in_fstring or not isinstance(node, (cst.Call, cst.Dict, cst.List, cst.Set)):
             return True
         where = self.get_metadata(PositionProvider, node)
-        line = where.start.line
-        if line == where.end.line and line in self._lines and line not in self.found and _elements(node):
-            if not (isinstance(node, cst.Call) and _bare_generator(node)):
-                self.found[line] = node
+        if where.start.line <= self._chosen_until:
+            return True
+        spanned = [line for line in range(where.start.line, where.end.line + 1) if line in self._lines]
+        if not spanned or not _elements(node) or (isinstance(node, cst.Call) and _bare_generator(node)):
+            return True
+        single = where.start.line == where.end.line
+        if not single and (_split_already(node) or m.findall(node, m.Comment())):
+            return True
+        self.found[where.start.line] = node
+        self._chosen_until = where.end.line
         return True
+
+
+def _split_already(node: Splittable) -> bool:
+    """Every element of ``node`` starts a line of its own."""
+    if isinstance(node, cst.Call):
+        opening = node.whitespace_before_args
+    elif isinstance(node, cst.List):
+        opening = node.lbracket.whitespace_after
+    else:
+        opening = node.lbrace.whitespace_after
+    elements = _elements(node)
+    breaks = [opening] + [getattr(e.comma, "whitespace_after", None) for e in elements[:-1]]
+    return all(isinstance(b, cst.ParenthesizedWhitespace) for b in breaks)
 
 
 def _elements(node: Splittable) -> List[cst.CSTNode]:

@@ -69,7 +69,7 @@ def test_the_single_process_path_prints_the_originals_numbers_and_keys(exact):
 
 def test_the_distributed_branch_stops_with_a_clear_error():
     migrated = migrate_source(SCRIPT, "train.py", exact=True).migrated
-    with pytest.raises(RuntimeError, match="RoundPipe, which places the model"):
+    with pytest.raises(RuntimeError, match="RoundPipe places the model itself; run this program as one process"):
         _run(migrated, True)
 
 

@@ -97,6 +97,7 @@ RULE = Rule(
                 "            norm = grad_norm_of(model.optim_parameters()) / scaler.get_scale()\n"
                 "        scaler.step(optimizer)\n"
                 "        optimizer.zero_grad()\n"
+                "\n"
                 "    model.step(_step_fn, is_async=False)\n"
                 "    scaler.update()\n"
                 "    return loss.detach(), norm\n",
@@ -105,7 +106,7 @@ RULE = Rule(
         Example(
             _LOGGED,
             expect=(
-                "        grad_norm = None\n        def _step_fn():\n            nonlocal grad_norm\n",
+                "        grad_norm = None\n\n        def _step_fn():\n            nonlocal grad_norm\n",
                 "        model.step(_step_fn, is_async=False)\n",
             ),
         ),
