@@ -51,8 +51,8 @@ class ModelUses:
             if (id(scope), name) in seen:
                 continue
             seen.add((id(scope), name))
-            for access in self.facts.accesses(name, scope):
-                if self.facts.order(access) <= after:
+            for access in self.rules._accesses(name, scope):
+                if not self.rules._runs_after(access, scope, after):
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
@@ -64,7 +64,7 @@ class ModelUses:
                     target = self._parameter_target(parent)
                     if target is not None:
                         queue.append(target)
-                elif isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name)):
+                elif isinstance(parent, cst.Assign) and parent.value is access:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
             self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
@@ -83,6 +83,10 @@ class ModelUses:
             )
 
     def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
+        """The names ``assign`` binds to the model; an instance attribute's alias is a name of
+        the method that binds it."""
+        if not isinstance(scope, Scope):
+            scope = self.facts.scope(assign)
         return [
             (scope, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
         ]
@@ -92,10 +96,10 @@ class ModelUses:
         it after the wrap trains or saves something RoundPipe does not manage."""
         if after <= 0:
             return
-        for access in self.facts.accesses(name, scope):
+        for access in self.rules._accesses(name, scope):
             parent = self.facts.parent(access)
-            if self.facts.order(access) >= after or not (
-                isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name))
+            if self.rules._runs_after(access, scope, after - 1) or not (
+                isinstance(parent, cst.Assign) and parent.value is access
             ):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
@@ -140,7 +144,8 @@ class ModelUses:
                 attribute,
                 lambda updated: updated.with_changes(value=cst.Attribute(value=updated.value, attr=cst.Name("model"))),
             )
-        if method in ("eval", "state_dict"):
+        if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
+            # an instance's model may be loaded while its step runs (a local one, before)
             self._synchronize_before(access, name)
 
     def _plan_inference_call(self, access: cst.Name, name: str) -> None:
