@@ -176,7 +176,10 @@ def test_the_step_takes_the_form_its_method_allows():
 
 def test_checkpoint_methods_go_through_the_wrapped_module_after_synchronize():
     migrated = _migrated(FUSED, exact=True)
-    assert '        self.model.synchronize()\n        return {"model": self.model.model.state_dict()' in migrated
+    assert (
+        '        self.model.synchronize()\n        return {\n            "model": self.model.model.state_dict(),'
+        in migrated
+    )
     assert '        self.model.synchronize()\n        self.model.model.load_state_dict(state["model"])' in migrated
 
 
