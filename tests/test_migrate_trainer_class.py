@@ -324,3 +324,42 @@ def test_a_step_split_over_methods_is_refused_where_the_backward_is():
     assert ("RPM106", _line(source, "        self.scaler.scale(loss).backward()\n")) in [
         (d.code, d.line) for d in result.diagnostics
     ]
+
+
+def _project(main: str):
+    from migrate.project import migrate_project
+
+    trainer = FUSED.replace("\n\nmain()\n", "\n")
+    return migrate_project({"trainer.py": trainer, "main.py": main}, exact=True)
+
+
+def test_a_trainer_of_another_file_migrates_when_its_users_only_call_it():
+    results = _project("from trainer import Trainer\n\nt = Trainer()\nprint(t.scaler.get_scale())\n")
+    assert results["trainer.py"].status == "migrated"
+    assert [d.code for d in results["trainer.py"].diagnostics] == []
+
+
+@pytest.mark.parametrize(
+    "main",
+    [
+        "from trainer import Trainer\n\nt = Trainer()\nt.model.eval()\n",
+        "import trainer\n\nt = trainer.Trainer()\nprint(t.model.state_dict())\n",
+    ],
+    ids=["from-import", "module-import"],
+)
+def test_a_trainer_whose_model_another_file_reads_through_an_instance_is_refused(main):
+    results = _project(main)
+    trainer = results["trainer.py"]
+    assert trainer.migrated == trainer.original
+    assert [(d.code, d.line) for d in trainer.diagnostics] == [("RPM110", _line(trainer.original, "class Trainer("))]
+    assert "main.py:4 reads it" in trainer.diagnostics[0].message
+
+
+def test_a_trainer_handing_itself_to_a_function_of_another_file_is_refused():
+    from migrate.project import migrate_project
+
+    trainer = FUSED.replace("\n\nmain()\n", "\n").replace("import io\n", "import io\n\nfrom hooks import after_step\n")
+    trainer = trainer.replace("        self.steps += 1\n", "        self.steps += 1\n        after_step(self)\n")
+    results = migrate_project({"trainer.py": trainer, "hooks.py": "def after_step(t):\n    t.model.eval()\n"}, True)
+    assert results["trainer.py"].migrated == trainer
+    assert [d.code for d in results["trainer.py"].diagnostics] == ["RPM110"]
