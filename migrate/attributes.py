@@ -24,11 +24,19 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from .names import ModuleFacts
+from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked
 from .syntax import code, tests_presence
 
-__all__ = ["InstanceAttributes", "InstanceFamily", "TrackedAttribute", "check_wrap", "instance_places"]
+__all__ = [
+    "InstanceAttributes",
+    "InstanceFamily",
+    "TrackedAttribute",
+    "check_wrap",
+    "instance_places",
+    "wrap_where_bound",
+    "wrapped",
+]
 
 _CODE = "RPM120"
 #: Bases that never touch a subclass's attributes: Python's and torch's own classes.
@@ -169,12 +177,17 @@ class InstanceFamily:
                 "every use of it must be in the class; left untouched",
             )
 
-    def _may_be_instance(self, value: cst.BaseExpression) -> bool:
-        """``value`` may hold an instance of the family: anything but a name bound only by
-        imports and calls of other things, or another attribute of the family's instance."""
+    def _may_be_instance(self, value: cst.BaseExpression, depth: int = 0) -> bool:
+        """``value`` may hold an instance of the family. Not: another attribute of the
+        family's instance, another class's instance parameter, a name bound only by
+        imports and by calls of things that cannot return one (``parser.parse_args()``,
+        ``torch.load(...)``: anything but the family's classes and this module's
+        functions), or a parameter every caller in the module passes such a value."""
         if isinstance(value, cst.Attribute) and self._through_receiver(value):
             return False
-        if not isinstance(value, cst.Name):
+        if isinstance(value, cst.Call):
+            return self._may_return_instance(value)
+        if not isinstance(value, cst.Name) or depth > 3:
             return True
         if self.resolver.method_of_receiver(value) is not None:
             return False  # another class's instance parameter: its own attribute
@@ -186,11 +199,30 @@ class InstanceFamily:
             node = assignment.node
             if isinstance(node, (cst.Import, cst.ImportFrom)):
                 continue
+            if isinstance(node, cst.Param):
+                if self._passed_instance(node, depth):
+                    return True
+                continue
             statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
             small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
             if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)):
                 return True
-            if self.resolver.constructs(small.value, self):
+            if self._may_return_instance(small.value):
+                return True
+        return False
+
+    def _may_return_instance(self, call: cst.Call) -> bool:
+        return self.resolver.constructs(call, self) or self.facts.local_function(call) is not None
+
+    def _passed_instance(self, param: cst.Param, depth: int) -> bool:
+        """A caller in this module may pass an instance for ``param`` (or there is none)."""
+        function = self.facts.parent(self.facts.parent(param))
+        sites = self.facts.call_sites(function) if isinstance(function, cst.FunctionDef) else []
+        if not sites:
+            return True
+        for site in sites:
+            passed = argument_for(site, function, param.name.value)  # type: ignore[arg-type]
+            if passed is None or self._may_be_instance(passed, depth + 1):
                 return True
         return False
 
@@ -355,6 +387,30 @@ def check_wrap(family: InstanceFamily, model: str, optimizer: Binding) -> None:
             f"`{code(tracked.statement).strip()}`: the model is not built in {family.name}.__init__ before "
             "its optimizer (a model handed in by the caller would stay unwrapped there); left untouched",
         )
+
+
+def wrap_where_bound(optimizer: Binding, model: str) -> Optional[cst.Call]:
+    """The construction to wrap in place (``self.model = Net()``) when the optimizer's
+    binding is an instance family's and comes right after the model's (nothing runs
+    between, so wrapping the model where it is built rather than right before the
+    optimizer changes nothing, not even the random numbers drawn); else None."""
+    family = optimizer.scope
+    if not isinstance(family, InstanceFamily) or optimizer.statement is None:
+        return None
+    tracked = family.follow(model.partition(".")[2])
+    block = family.facts.parent(tracked.statement)
+    body = list(getattr(block, "body", ()))
+    index = body.index(tracked.statement)
+    if body[index + 1 : index + 2] != [optimizer.statement] or not isinstance(tracked.value, cst.Call):
+        return None
+    return tracked.value
+
+
+def wrapped(template: str, module: cst.BaseExpression) -> cst.Call:
+    """``template`` (a call whose first argument is ``_``) with ``module`` as that argument."""
+    call = cst.parse_expression(template)
+    assert isinstance(call, cst.Call)
+    return call.with_changes(args=[call.args[0].with_changes(value=module), *call.args[1:]])
 
 
 def instance_places(

@@ -3,7 +3,7 @@ synchronized into the model before evaluation or saving."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -34,6 +34,7 @@ class ModelUses:
         self.rules = rules
         self.facts = rules.facts
         self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
+        self._called_with_grad: Dict[cst.CSTNode, Dict[str, cst.Call]] = {}  # function -> attribute model -> call
 
     def plan(self) -> None:
         for statement, name in self.rules.plan.synchronize_before:
@@ -68,6 +69,7 @@ class ModelUses:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
             self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
+        self._check_steps_reach_one_model()
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.Name) -> None:
         call = self.facts.parent(arg)
@@ -157,6 +159,27 @@ class ModelUses:
             ):
                 self._synchronize_before(ancestor, name)
                 return
+        function = self.facts.enclosing(access, (cst.FunctionDef,))
+        if "." in name and function is not None:  # an instance's model (`self.D(x)`), with gradients
+            self._called_with_grad.setdefault(function, {}).setdefault(name, self.facts.parent(access))
+
+    def _check_steps_reach_one_model(self) -> None:
+        """A method holding a training step that also calls another wrapped instance model
+        with gradients (a GAN's generator step through the discriminator): that backward
+        reaches the other model's parameters, whose gradients RoundPipe's step for the
+        first does not hand over or clear as the original did."""
+        for backward in sorted(self.rules.plan.backward_statements, key=self.facts.order):
+            function = self.facts.enclosing(backward, (cst.FunctionDef,))
+            called = self._called_with_grad.get(function, {}) if function is not None else {}
+            if len(called) > 1:
+                first, second = sorted(called, key=lambda n: self.facts.order(called[n]))[:2]
+                raise Blocked(
+                    called[second],
+                    "RPM107",
+                    f"{function.name.value}() holds a training step and calls two wrapped models with "  # type: ignore[union-attr]
+                    f"gradients ({first}, {second}): its backward may reach the parameters of both (a GAN "
+                    "step?), but each RoundPipe step hands over only its own model's gradients; left untouched",
+                )
 
     def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
         call = self.facts.parent(arg)

@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from .attributes import InstanceFamily, check_wrap, instance_places
+from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_writes import optimizer_writes
@@ -223,7 +223,21 @@ class StepBuilder:
             "RPM106",
             "no optimizer step (`scaler.step(optimizer)` + "
             "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-            "the same block",
+            f"the same block{self._split_over_functions()}",
+        )
+
+    def _split_over_functions(self) -> str:
+        """Why no step follows, when the backward ends its function (nothing but a
+        ``return`` after it): the step is in another function or method (mixins)."""
+        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+        after = self.body[self.index + 1 :]
+        if not isinstance(function, cst.FunctionDef) or self.block is not function.body:
+            return ""
+        if not all(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after):
+            return ""
+        return (
+            f" ({function.name.value}() ends with it: a step split over several functions or "
+            "methods, e.g. backward and update mixins, is not migrated)"
         )
 
     def _step_group_after(
@@ -362,13 +376,16 @@ class StepBuilder:
         if id(built.statement) in plan.wrapped_optimizers:
             return
         plan.wrapped_optimizers.add(id(built.statement))
-        block = self.facts.parent(built.statement)
-        index = list(block.body).index(built.statement)
-        wrap = cst.parse_statement(
-            f"{model} = roundpipe.RoundPipe({model}, model_run_config="
-            f"roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch}))\n"
-        )
-        plan.edits.insert_before(block, index, [wrap])
+        config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
+        construction = wrap_where_bound(built, model)
+        if construction is not None:  # `self.model = roundpipe.RoundPipe(Net(), ...)`
+            template = f"roundpipe.RoundPipe(_, {config})"
+            plan.edits.replace_expression(construction, lambda updated: wrapped(template, updated))
+        else:
+            block = self.facts.parent(built.statement)
+            index = list(block.body).index(built.statement)
+            wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
+            plan.edits.insert_before(block, index, [wrap])
         plan.rewrites.append(
             (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
         )

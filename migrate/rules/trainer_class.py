@@ -115,7 +115,8 @@ RULE = Rule(
             "in `__init__`, the step in a method, checkpoint methods",
             "followed as `self.scaler`, `self.model`, `self.optimizer` through every method of the "
             "class and of its bases and subclasses in the file, with the rewrites names get "
-            "(`self.model = roundpipe.RoundPipe(self.model, ...)` before the optimizer, either form "
+            "(the model wrapped where `__init__` builds it, `self.model = roundpipe.RoundPipe(Net(), ...)`, "
+            "or right before the optimizer when code in between uses it; either form "
             "of the step, `self.model.model.state_dict()`/`load_state_dict()` after "
             "`self.model.synchronize()`); asynchronously, every other method that writes optimizer "
             "state first waits for the running step. Refused (RPM120): an attribute bound more "
@@ -128,7 +129,8 @@ RULE = Rule(
             "`self.model = Net()` 和 `self.optimizer = torch.optim.X(self.model.parameters(), ...)`，"
             "训练步骤在某个方法中，另有检查点方法",
             "以 `self.scaler`、`self.model`、`self.optimizer` 的形式，在该类及其同文件中的基类和子类的"
-            "所有方法里追踪，改写与普通变量相同（在优化器之前 `self.model = roundpipe.RoundPipe(self.model, ...)`，"
+            "所有方法里追踪，改写与普通变量相同（模型在 `__init__` 构建它的地方被包装：`self.model = roundpipe.RoundPipe(Net(), ...)`，"
+            "若两者之间有代码使用模型，则在优化器之前包装；"
             "两种步骤形式，在 `self.model.synchronize()` 之后使用 `self.model.model.state_dict()`/"
             "`load_state_dict()`）；异步形式下，其他写优化器状态的方法都会先等待正在运行的步骤。"
             "以下情况被拒绝（RPM120）：属性被绑定多次或不是普通赋值、优化器不在 `__init__` 中构建或构建在"
@@ -140,7 +142,7 @@ RULE = Rule(
         Example(
             _FUSED,
             expect=(
-                "self.model = roundpipe.RoundPipe(self.model, model_run_config=",
+                "self.model = roundpipe.RoundPipe(torch.nn.Linear(dim, 1), model_run_config=",
                 "self.optimizer = torch.optim.SGD(self.model.optim_parameters(), lr=0.1)",
                 "self.model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)",
                 "return self.scaler.scale(loss) / NUM_MICROBATCH",
@@ -152,7 +154,7 @@ RULE = Rule(
         Example(
             _AUTOGRAD,
             expect=(
-                "self.net = roundpipe.RoundPipe(self.net, model_run_config=",
+                "self.net = roundpipe.RoundPipe(torch.nn.Linear(8, 1), model_run_config=",
                 "        loss = self.net(x).mean()\n",
                 "            self.grad_scaler.scale(loss).backward()\n            def _step_fn():\n",
                 "            self.net.step(_step_fn)\n            self.grad_scaler.update()\n",
