@@ -91,7 +91,8 @@ _CODES: Tuple[Code, ...] = (
         "RPM107",
         "several-models-or-optimizers",
         "several models, optimizers or backward calls in one step",
-        "one step drives several optimizers, calls the model several times or unscales another optimizer",
+        "one step drives several optimizers, calls the model several times or unscales another optimizer, "
+        "or a trainer method steps one wrapped model while calling another with gradients (a GAN step)",
         "one `model.step` serves one optimizer",
         "`scaler.step(opt_g); scaler.step(opt_d)`",
         "migrate by hand",
