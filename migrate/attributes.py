@@ -380,6 +380,7 @@ def check_wrap(family: InstanceFamily, model: str, optimizer: Binding) -> None:
         family.method_of(tracked.statement) is not method
         or family.facts.order(tracked.statement) > family.facts.order(statement)
         or not isinstance(tracked.value, cst.Call)
+        or _called_on_parameter(tracked.value, method)
     ):
         raise Blocked(
             tracked.statement,
@@ -387,6 +388,20 @@ def check_wrap(family: InstanceFamily, model: str, optimizer: Binding) -> None:
             f"`{code(tracked.statement).strip()}`: the model is not built in {family.name}.__init__ before "
             "its optimizer (a model handed in by the caller would stay unwrapped there); left untouched",
         )
+
+
+def _called_on_parameter(call: cst.Call, method: cst.FunctionDef) -> bool:
+    """``model.to(device)``, ``model.cuda()``: a method of an object the caller hands in
+    (which returns that same object, still the caller's)."""
+    func = call.func
+    while isinstance(func, (cst.Attribute, cst.Call)):
+        func = func.value if isinstance(func, cst.Attribute) else func.func
+    parameters = [*method.params.posonly_params, *method.params.params, *method.params.kwonly_params]
+    return (
+        isinstance(call.func, cst.Attribute)
+        and isinstance(func, cst.Name)
+        and func.value in {p.name.value for p in parameters}
+    )
 
 
 def wrap_where_bound(optimizer: Binding, model: str) -> Optional[cst.Call]:

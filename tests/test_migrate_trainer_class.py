@@ -425,3 +425,11 @@ class GAN:
         ).status
         == "migrated"
     )
+
+
+def test_a_model_handed_in_and_moved_to_a_device_is_refused():
+    source = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, net, lr=0.05):").replace(
+        "        self.model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.GELU(), torch.nn.Linear(12, 3))\n",
+        '        self.model = net.to("cpu")\n',
+    )
+    _refused(source, _line(source, '        self.model = net.to("cpu")'), "not built in Trainer.__init__")
