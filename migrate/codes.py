@@ -61,20 +61,22 @@ _CODES: Tuple[Code, ...] = (
         "RPM104",
         "scaler-not-followed",
         "GradScaler used where its training step cannot be followed",
-        "a scaler used in a function nobody in the file calls, through an attribute or container "
-        "(`self.scaler.scale(loss)`), or with methods outside a recognised step",
+        "a scaler used in a function nobody in the file calls, through a container or an attribute "
+        "of an object that is not `self` (`state.scaler.scale(loss)`), or with methods outside a "
+        "recognised step",
         "the step it drives cannot be rewritten with certainty",
-        "`self.scaler.scale(loss).backward()`",
-        "keep the scaler in a plain variable of the function that trains, or migrate by hand",
+        "`state.scaler.scale(loss).backward()`",
+        "keep the scaler in a plain variable or an attribute of the trainer class, or migrate by hand",
     ),
     Code(
         "RPM105",
         "scaler-stored",
         "GradScaler kept in an attribute or container",
-        "the GradScaler is built into an attribute, a container or an expression",
+        "the GradScaler is built into a container, an expression or an attribute of an object that "
+        "is not the instance of a method (`self`)",
         "its uses cannot be followed",
-        "`self.scaler = GradScaler()`",
-        "assign it to a plain variable (`scaler = GradScaler()`), or migrate by hand",
+        "`scalers[name] = GradScaler()`",
+        "assign it to a plain variable or to `self.scaler` in a method, or migrate by hand",
     ),
     Code(
         "RPM106",
@@ -89,7 +91,8 @@ _CODES: Tuple[Code, ...] = (
         "RPM107",
         "several-models-or-optimizers",
         "several models, optimizers or backward calls in one step",
-        "one step drives several optimizers, calls the model several times or unscales another optimizer",
+        "one step drives several optimizers, calls the model several times or unscales another optimizer, "
+        "or a trainer method steps one wrapped model while calling another with gradients (a GAN step)",
         "one `model.step` serves one optimizer",
         "`scaler.step(opt_g); scaler.step(opt_d)`",
         "migrate by hand",
@@ -160,6 +163,18 @@ _CODES: Tuple[Code, ...] = (
         "the plan is not consistent",
         "the same `scaler.step` block pasted twice",
         "remove the duplicate, or migrate by hand",
+    ),
+    Code(
+        "RPM120",
+        "instance-attribute-not-followed",
+        "an object held in an instance attribute cannot be followed",
+        "the scaler, model or optimizer lives on `self`, but the attribute is bound more than once, "
+        "not by a plain assignment or not in `__init__` before its optimizer (the model), spelled "
+        "through another instance name, used from outside the class other than by read-only "
+        "scaler methods, or the class derives from a class of another file (a mixin)",
+        "the object the attribute holds at the step is not certain",
+        "`self.scaler = GradScaler()` in `__init__` and `self.scaler = None` in `close()`",
+        "bind the attribute once in `__init__` and use it only in the class, or migrate by hand",
     ),
     Code(
         "RPM190",

@@ -3,7 +3,7 @@ synchronized into the model before evaluation or saving."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -36,6 +36,7 @@ class ModelUses:
         self.rules = rules
         self.facts = rules.facts
         self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
+        self._called_with_grad: Dict[cst.CSTNode, Dict[str, cst.Call]] = {}  # function -> attribute model -> call
 
     def plan(self) -> None:
         for statement, name in self.rules.plan.synchronize_before:
@@ -53,8 +54,8 @@ class ModelUses:
             if (id(scope), name) in seen:
                 continue
             seen.add((id(scope), name))
-            for access in self.facts.accesses(name, scope):
-                if self.facts.order(access) <= after or self._in_stopped_guard(access):
+            for access in self.rules._accesses(name, scope):
+                if not self.rules._runs_after(access, scope, after) or self._in_stopped_guard(access):
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
@@ -68,12 +69,13 @@ class ModelUses:
                     target = self._parameter_target(parent)
                     if target is not None:
                         queue.append(target)
-                elif isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name)):
+                elif isinstance(parent, cst.Assign) and parent.value is access:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
                 else:  # `return model, optimizer` of a setup function: its callers' names
                     queue.extend(self._returned_to(access))
             self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
+        self._check_steps_reach_one_model()
 
     def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
         """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""
@@ -117,6 +119,10 @@ class ModelUses:
             )
 
     def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
+        """The names ``assign`` binds to the model; an instance attribute's alias is a name of
+        the method that binds it."""
+        if not isinstance(scope, Scope):
+            scope = self.facts.scope(assign)
         return [
             (scope, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
         ]
@@ -126,10 +132,10 @@ class ModelUses:
         it after the wrap trains or saves something RoundPipe does not manage."""
         if after <= 0:
             return
-        for access in self.facts.accesses(name, scope):
+        for access in self.rules._accesses(name, scope):
             parent = self.facts.parent(access)
-            if self.facts.order(access) >= after or not (
-                isinstance(parent, cst.Assign) and m.matches(parent.value, m.Name(name))
+            if self.rules._runs_after(access, scope, after - 1) or not (
+                isinstance(parent, cst.Assign) and parent.value is access
             ):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
@@ -176,7 +182,8 @@ class ModelUses:
                 attribute,
                 lambda updated: updated.with_changes(value=cst.Attribute(value=updated.value, attr=cst.Name("model"))),
             )
-        if method in ("eval", "state_dict"):
+        if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
+            # an instance's model may be loaded while its step runs (a local one, before)
             self._synchronize_before(access, name)
 
     def _plan_inference_call(self, access: cst.Name, name: str) -> None:
@@ -188,6 +195,27 @@ class ModelUses:
             ):
                 self._synchronize_before(ancestor, name)
                 return
+        function = self.facts.enclosing(access, (cst.FunctionDef,))
+        if "." in name and function is not None:  # an instance's model (`self.D(x)`), with gradients
+            self._called_with_grad.setdefault(function, {}).setdefault(name, self.facts.parent(access))
+
+    def _check_steps_reach_one_model(self) -> None:
+        """A method holding a training step that also calls another wrapped instance model
+        with gradients (a GAN's generator step through the discriminator): that backward
+        reaches the other model's parameters, whose gradients RoundPipe's step for the
+        first does not hand over or clear as the original did."""
+        for backward in sorted(self.rules.plan.backward_statements, key=self.facts.order):
+            function = self.facts.enclosing(backward, (cst.FunctionDef,))
+            called = self._called_with_grad.get(function, {}) if function is not None else {}
+            if len(called) > 1:
+                first, second = sorted(called, key=lambda n: self.facts.order(called[n]))[:2]
+                raise Blocked(
+                    called[second],
+                    "RPM107",
+                    f"{function.name.value}() holds a training step and calls two wrapped models with "  # type: ignore[union-attr]
+                    f"gradients ({first}, {second}): its backward may reach the parameters of both (a GAN "
+                    "step?), but each RoundPipe step hands over only its own model's gradients; left untouched",
+                )
 
     def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
         call = self.facts.parent(arg)

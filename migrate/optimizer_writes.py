@@ -15,7 +15,7 @@ from typing import Callable, List, Set
 import libcst as cst
 
 from .names import ModuleFacts
-from .syntax import method_call
+from .syntax import dotted, method_call
 
 __all__ = ["optimizer_writes"]
 
@@ -29,7 +29,8 @@ def optimizer_writes(
     trainers: Set[str],
 ) -> List[cst.BaseStatement]:
     """Statements under ``root`` (not inside nested functions or classes, nor under the
-    ``skipped`` nodes) that touch the state of ``optimizer``, in source order: the outermost
+    ``skipped`` nodes) that touch the state of ``optimizer`` (a name or ``self.optimizer``),
+    in source order: the outermost
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
     a call of one of the ``trainers``, the functions holding the migrated steps)."""
@@ -37,9 +38,7 @@ def optimizer_writes(
 
     def reads_param_groups(node: cst.CSTNode) -> bool:
         return any(
-            attribute.attr.value == "param_groups"
-            and isinstance(attribute.value, cst.Name)
-            and attribute.value.value == optimizer
+            attribute.attr.value == "param_groups" and dotted(attribute.value) == optimizer
             for attribute in facts.subtree(node, cst.Attribute)
         )
 
@@ -49,14 +48,10 @@ def optimizer_writes(
         for call in facts.subtree(line, cst.Call):
             if any(method_call(call, optimizer, name) for name in ("add_param_group", "load_state_dict", "zero_grad")):
                 return True
-            if (
-                isinstance(call.func, cst.Attribute)
-                and isinstance(call.func.value, cst.Name)
-                and call.func.attr.value == "step"
-                and is_scheduler(call.func.value.value, line)
-            ):
+            owner = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
+            if owner is not None and call.func.attr.value == "step" and is_scheduler(owner, line):  # type: ignore[attr-defined]
                 return True
-            if any(isinstance(arg.value, cst.Name) and arg.value.value == optimizer for arg in call.args) and not (
+            if any(dotted(arg.value) == optimizer for arg in call.args) and not (
                 isinstance(call.func, cst.Name) and call.func.value in trainers
             ):
                 return True

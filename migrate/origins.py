@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List
 
 import libcst as cst
+from libcst.metadata import Scope
 
 from .names import argument_for
 from .plan import Binding, Blocked
@@ -69,6 +70,8 @@ def _exclusive_branches(rules: "TorchAmpRules", binding: Binding, at: cst.CSTNod
     ``if`` (only one of them runs), each as an origin; else none."""
     facts = rules.facts
     scope = binding.scope
+    if not isinstance(scope, Scope):  # an instance attribute: one binding (attributes.py)
+        return []
     nodes = [
         a.node
         for a in scope[binding.name]  # type: ignore[index]

@@ -95,6 +95,7 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
     _refuse_models_handed_across(files, results)
+    _refuse_instances_reached_across(files, results)
     _name_wrapper_users(files, results)
     _keep_components_consistent(files, results)
 
@@ -264,6 +265,7 @@ def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict
             continue
         imported = _imported_functions(files[path])
         wrapped = set(result.wrapped_models)
+        wrapped |= {name.partition(".")[0] for name in result.wrapped_models if "." in name}  # `self` of `self.model`
         for node in ast.walk(ast.parse(result.migrated)):
             callee = _callee(node, imported) if isinstance(node, ast.Call) else None
             passed = _names_passed(node, wrapped) if callee is not None else []
@@ -281,9 +283,10 @@ def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict
 
 
 def _names_passed(node: ast.AST, names: Set[str]) -> List[str]:
-    """The ``names`` a call passes as plain-name arguments."""
+    """The ``names`` (plain or dotted, ``self.model``) a call passes as arguments."""
     assert isinstance(node, ast.Call)
-    return [a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name) and a.id in names]
+    passed = [a for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, (ast.Name, ast.Attribute))]
+    return [ast.unparse(a) for a in passed if ast.unparse(a) in names]
 
 
 def _original_line(project_file: ProjectFile, callee: str, model: str) -> int:
@@ -298,6 +301,55 @@ def _original_line(project_file: ProjectFile, callee: str, model: str) -> int:
         and model in _names_passed(node, {model})
     ]
     return min(lines, default=1)
+
+
+def _refuse_instances_reached_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+    """A model wrapped in an attribute of a class (``self.model``) and read through an
+    instance of that class in another given file (``trainer = Trainer(); trainer.model.eval()``
+    in main.py): that use is not migrated with it, so the class's file is refused."""
+    for path, result in results.items():
+        tree = files[path].tree
+        attributes = {name.partition(".")[2] for name in result.wrapped_models if "." in name}
+        if not result.changed or not attributes or tree is None:
+            continue
+        classes = {node.name: node.lineno for node in tree.body if isinstance(node, ast.ClassDef)}
+        for other, project_file in files.items():
+            use = _instance_attribute_use(project_file, path, set(classes), attributes)
+            if use is not None:
+                class_name, node = use
+                _refuse(
+                    result,
+                    classes[class_name],
+                    f"the model in `.{node.attr}` of {class_name} instances would be wrapped with RoundPipe, "
+                    f"but {other}:{node.lineno} reads it (`{ast.unparse(node)}`) through an instance, "
+                    "which the migration does not follow across files; file left unchanged",
+                )
+                break
+
+
+def _instance_attribute_use(
+    project_file: ProjectFile, path: str, classes: Set[str], attributes: Set[str]
+) -> Optional[Tuple[str, ast.Attribute]]:
+    """(class, ``x.attr``) for the first read of one of ``attributes`` on a name that
+    ``project_file`` binds to an instance of a class of ``classes`` imported from ``path``."""
+    if project_file.tree is None:
+        return None
+    bound: Dict[str, str] = {}  # name under which the file calls the class -> the class
+    for edge in project_file.imports:
+        if edge.target == path:
+            bound.update({here: there for here, there in edge.names if there in classes})
+            if edge.module_alias:
+                bound.update({f"{edge.module_alias}.{c}": c for c in classes})
+    instances: Dict[str, str] = {}
+    for node in ast.walk(project_file.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            built = bound.get(ast.unparse(node.value.func))
+            instances.update({t.id: built for t in node.targets if built and isinstance(t, ast.Name)})
+    for node in ast.walk(project_file.tree):
+        if isinstance(node, ast.Attribute) and node.attr in attributes and isinstance(node.value, ast.Name):
+            if node.value.id in instances:
+                return instances[node.value.id], node
+    return None
 
 
 def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], int]:
@@ -320,7 +372,8 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
 
 
 def _name_wrapper_users(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
-    """A file using a loss-scaler wrapper of another given file is migrated or named."""
+    """A file using a loss-scaler wrapper of another given file that is not migrated is
+    named."""
     wrappers = _wrapper_classes(files)
     if not wrappers:
         return
@@ -329,6 +382,8 @@ def _name_wrapper_users(files: Mapping[str, ProjectFile], results: Dict[str, Fil
         if project_file.tree is None or result.changed or result.diagnostics:
             continue
         for edge in project_file.imports:
+            if results[edge.target].changed:
+                continue  # its classes' steps were migrated (a trainer class): nothing to name
             used = [defined for _, defined in sorted(edge.names) if (edge.target, defined) in wrappers]
             if used:
                 line = wrappers[(edge.target, used[0])]

@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
+from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
@@ -33,7 +34,9 @@ from .step_values import (
 )
 from .syntax import (
     assigned_names,
+    calls_method,
     code,
+    dotted,
     is_assignment_line,
     is_plain_line,
     method_call,
@@ -133,11 +136,13 @@ class StepBuilder:
         function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
         trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
         trainers = {trainer} if trainer else set()
-        places: List[Tuple[cst.CSTNode, str, str, List[cst.CSTNode]]] = [
+        places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
             (function or self.facts.module, optimizer, model, [self.backward])
         ]
         builds: List[Tuple[Binding, str]] = getattr(self, "builds", [])
         for built, model_outer in builds:
+            if isinstance(built.scope, InstanceFamily):
+                places = instance_places(built.scope, function, self.backward, optimizer, model)
             if built.scope is self.facts.scope(self.backward) or not trainer or built.name == INLINE:
                 continue
             scope = built.scope
@@ -148,7 +153,7 @@ class StepBuilder:
             places.append((root, built.name, model_outer, calls))
         for root, name, model_name, anchors in places:
             for statement in optimizer_writes(self.facts, root, name, self._is_scheduler, skipped, trainers):
-                if any(self._may_run_after(statement, anchor) for anchor in anchors):
+                if anchors is None or any(self._may_run_after(statement, anchor) for anchor in anchors):
                     self.rules.plan.synchronize_before.append((statement, model_name))
 
     def _may_run_after(self, statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
@@ -182,10 +187,10 @@ class StepBuilder:
             return "update"
         if self.facts.calls_any(value, CLIP_FUNCTIONS):
             return "clip"
-        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("zero_grad")))):
+        owner = self.rules.reference(value.func.value) if isinstance(value.func, cst.Attribute) else None
+        if owner is not None and calls_method(value, "zero_grad"):
             return "zero_grad"
-        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")))):
-            owner = value.func.value.value
+        if owner is not None and calls_method(value, "step"):
             if self._is_scheduler(owner, statement):
                 return "scheduler"
         return None
@@ -202,7 +207,12 @@ class StepBuilder:
         return found
 
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
-        binding = self.rules._binding(name, at)
+        try:
+            binding = self.rules._binding(name, at)
+        except Blocked:
+            if "." not in name:
+                raise
+            return False  # an attribute the rules cannot follow: not a known scheduler
         if binding.value is not None and isinstance(binding.value, cst.Call):
             return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
         return "sched" in name.lower()
@@ -231,7 +241,21 @@ class StepBuilder:
             "RPM106",
             "no optimizer step (`scaler.step(optimizer)` + "
             "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-            "the same block",
+            f"the same block{self._split_over_functions()}",
+        )
+
+    def _split_over_functions(self) -> str:
+        """Why no step follows, when the backward ends its function (nothing but a
+        ``return`` after it): the step is in another function or method (mixins)."""
+        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+        after = self.body[self.index + 1 :]
+        if not isinstance(function, cst.FunctionDef) or self.block is not function.body:
+            return ""
+        if not all(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after):
+            return ""
+        return (
+            f" ({function.name.value}() ends with it: a step split over several functions or "
+            "methods, e.g. backward and update mixins, is not migrated)"
         )
 
     def _step_group_after(
@@ -266,8 +290,9 @@ class StepBuilder:
             end += 1
         return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
-    @staticmethod
-    def _mentions(node: cst.CSTNode, name: str) -> bool:
+    def _mentions(self, node: cst.CSTNode, name: str) -> bool:
+        if "." in name:  # an instance attribute (`self.scaler`)
+            return any(dotted(a) == name for a in self.facts.subtree(node, cst.Attribute))
         return name in names_in(node)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
@@ -281,16 +306,16 @@ class StepBuilder:
         if kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])
-        if len(step_call.args) != 1 or not isinstance(step_call.args[0].value, cst.Name):
+        optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
+        if optimizer is None:
             raise Blocked(
                 step_call,
                 "RPM102" if len(step_call.args) > 1 else "RPM106",
                 "scaler.step() with extra arguments (e.g. a closure) is not migrated",
             )
-        optimizer = step_call.args[0].value.value
         for statement, kind in self._with_kinds(group):
             call = only_expression(statement)
-            if kind == "unscale" and not m.matches(call.args[0].value if call.args else None, m.Name(optimizer)):
+            if kind == "unscale" and dotted(call.args[0].value if call.args else None) != optimizer:
                 raise Blocked(call, "RPM107", "unscale_() of another optimizer")
         return optimizer
 
@@ -329,15 +354,12 @@ class StepBuilder:
                 "RPM108",
                 f"optimizer {built.name or code(built.value or cst.Name('?'))!r} is not built by a call in this file",
             )
-        parameter_calls = []
-
-        class FindParameters(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                if m.matches(call, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])):
-                    parameter_calls.append(call)
-
-        built.value.visit(FindParameters())
-        owners = {call.func.value.value for call in parameter_calls}
+        parameter_calls = [
+            call
+            for call in self.facts.subtree(built.value, cst.Call)
+            if calls_method(call, "parameters") and not call.args and self.rules.reference(call.func.value)
+        ]
+        owners = {self.rules.reference(call.func.value) for call in parameter_calls}
         if not owners:  # `create_optimizer(model, cfg)`: a helper groups the parameters
             found = helper_model(self, built)
             if found is not None:
@@ -354,9 +376,18 @@ class StepBuilder:
                 "cannot be mapped to RoundPipe's optimizer copies)",
             )
         model_outer = owners.pop()
-        guard = find_ddp_guard(self.facts, built, model_outer)  # `if args.distributed: model = DDP(model)`
-        model_outer = guard.model if guard is not None else model_outer
-        for trained in {model_outer, *aliased_models(self.facts, built, model_outer)}:
+        if "." in model_outer and not isinstance(built.scope, InstanceFamily):
+            raise Blocked(
+                built.value, "RPM108", f"the optimizer is built on {model_outer!r} outside its class's own attributes"
+            )
+        guard, aliases = None, set()  # DDP guards and aliases are followed for names only
+        if isinstance(built.scope, InstanceFamily):
+            check_wrap(built.scope, model_outer, built)
+        else:
+            guard = find_ddp_guard(self.facts, built, model_outer)  # `if args.distributed: model = DDP(model)`
+            model_outer = guard.model if guard is not None else model_outer
+            aliases = aliased_models(self.facts, built, model_outer)
+        for trained in {model_outer, *aliases}:
             self._reject_parallel(trained, built, guard.statement if guard is not None else None)
         self._plan_wrap(built, model_outer, parameter_calls)
         if guard is not None:
@@ -365,7 +396,7 @@ class StepBuilder:
 
     def _reject_parallel(self, model: str, built: Binding, guard: Optional[cst.CSTNode] = None) -> None:
         """RPM101 for a DDP/DataParallel binding of ``model``, except under ``guard``."""
-        for node in self.facts.assignments(model, built.scope):
+        for node in self.rules._assignments(model, built.scope):
             call = parallel_call(self.facts, self.facts.statement_of(node), skip=guard)
             if call is not None:
                 raise Blocked(
@@ -378,7 +409,7 @@ class StepBuilder:
     def _local_name_for(self, model_outer: str, built: Binding) -> str:
         """The name under which the step's scope sees the model."""
         step_scope = self.facts.scope(self.backward)
-        if step_scope is built.scope:
+        if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
             return model_outer
         function = self.facts.function_of(step_scope)
         if function is not None:
@@ -404,13 +435,16 @@ class StepBuilder:
         if id(built.statement) in plan.wrapped_optimizers:
             return
         plan.wrapped_optimizers.add(id(built.statement))
-        block = self.facts.parent(built.statement)
-        index = list(block.body).index(built.statement)
-        wrap = cst.parse_statement(
-            f"{model} = roundpipe.RoundPipe({model}, model_run_config="
-            f"roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch}))\n"
-        )
-        plan.edits.insert_before(block, index, [wrap])
+        config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
+        construction = wrap_where_bound(built, model)
+        if construction is not None:  # `self.model = roundpipe.RoundPipe(Net(), ...)`
+            template = f"roundpipe.RoundPipe(_, {config})"
+            plan.edits.replace_expression(construction, lambda updated: wrapped(template, updated))
+        else:
+            block = self.facts.parent(built.statement)
+            index = list(block.body).index(built.statement)
+            wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
+            plan.edits.insert_before(block, index, [wrap])
         plan.rewrites.append(
             (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
         )
@@ -480,7 +514,7 @@ class StepBuilder:
 
         class Find(cst.CSTVisitor):
             def visit_Call(self, call: cst.Call) -> None:
-                if m.matches(call.func, m.Name(model)):
+                if dotted(call.func) == model:
                     calls.append(call)
 
         statement.visit(Find())
@@ -680,6 +714,7 @@ class StepBuilder:
                     names |= set(assigned_names(statement))
         elif isinstance(loop, cst.FunctionDef):
             names |= {p.name.value for p in loop.params.params}
+            names -= {self.rules.attributes.receiver_of(loop)}  # `self` is no batch data
         return names
 
     def _labels(
@@ -882,8 +917,8 @@ class StepBuilder:
                 on_copies(self, statement, model)
             if kind == "zero_grad":
                 call = only_expression(statement)
-                if call.func.value.value == model:
-                    self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.Name(optimizer))
+                if self.rules.reference(call.func.value) == model:
+                    self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.parse_expression(optimizer))
 
     def _update_statement(self, original: Optional[cst.BaseStatement]) -> cst.BaseStatement:
         """``scaler.update()`` for the main thread (``is_async=False`` with --exact)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
@@ -22,6 +23,8 @@ __all__ = [
     "is_plain_line",
     "written_and_read",
     "names_outside",
+    "tests_presence",
+    "dotted",
 ]
 
 _EMPTY = cst.Module([])
@@ -33,14 +36,23 @@ def code(node: cst.CSTNode) -> str:
 
 
 def method_call(node: cst.CSTNode, owner: str, method: str) -> bool:
-    """``owner.method(...)`` with ``owner`` a plain name."""
+    """``owner.method(...)`` with ``owner`` a plain name or a dotted one (``self.scaler``)."""
     return (
         calls_method(node, method)
         and isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
-        and isinstance(node.func.value, cst.Name)
-        and node.func.value.value == owner
+        and dotted(node.func.value) == owner
     )
+
+
+def dotted(node: Optional[cst.CSTNode]) -> Optional[str]:
+    """``"a"`` for the name ``a``, ``"a.b.c"`` for ``a.b.c``; None for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        owner = dotted(node.value)
+        return f"{owner}.{node.attr.value}" if owner is not None else None
+    return None
 
 
 def calls_method(node: cst.CSTNode, method: str) -> bool:
@@ -169,3 +181,19 @@ def names_outside(facts: "ModuleFacts", root: cst.CSTNode, skipped: Set[cst.CSTN
 
     facts.walk(root, visit)
     return found
+
+
+def tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
+    """``access`` is only tested for being there: ``x is None``, ``x is not None`` or the
+    test of an ``if``/``while``/conditional expression (``if x:``), possibly under ``not``."""
+    if isinstance(parent, cst.Comparison):
+        return (
+            parent.left is access
+            and len(parent.comparisons) == 1
+            and m.matches(
+                parent.comparisons[0], m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))
+            )
+        )
+    if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        return True
+    return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access

@@ -30,6 +30,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BaseAssignment
 
+from .attributes import InstanceAttributes, InstanceFamily
 from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plain_path import plan_plain_path
@@ -37,11 +38,14 @@ from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
 from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
-from .syntax import calls_method, code, only_expression
+from .syntax import calls_method, code, only_expression, tests_presence
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
 T = TypeVar("T")
+
+#: What code outside a trainer class may do with its scaler (``trainer.scaler.get_scale()``).
+SCALER_READS = frozenset({"get_scale", "state_dict", "load_state_dict", "is_enabled"})
 
 
 class TorchAmpRules:
@@ -52,6 +56,8 @@ class TorchAmpRules:
         self.exact = exact
         self.state_helpers = state_helpers  # checkpoint helpers of other files (migrate.state_helpers)
         self.plan = Plan(taken_names=set(facts.all_names))
+        self.attributes = InstanceAttributes(facts)
+        self._attribute_scalers: Set[Tuple[InstanceFamily, str]] = set()  # (family, attribute)
         self._step_method_uses: List[cst.Name] = []
         self._rewritten_constructors: Set[cst.Call] = set()
         self._dropped_imports: Set[int] = set()
@@ -100,13 +106,19 @@ class TorchAmpRules:
         )
         already = {self.facts.statement_of(b.node) for b in self.plan.blocked}  # reported there
         for call in self.facts.backward_calls:
-            if self._scaled_on_an_object(call):
+            owner = call.func.value.func.value if self._scaled_on_an_object(call) else None  # type: ignore[attr-defined]
+            if owner is not None and not self._attribute_scaler_handled(owner):
+                where = (
+                    "an attribute that no class of this file binds to a GradScaler (a mixin's?)"
+                    if self._instance_attribute(owner)
+                    else "an attribute or container"
+                )
                 self.plan.blocked.append(
                     Blocked(
                         call,
                         "RPM104",
                         f"`{code(call.func.value.func)}(...).backward()` scales "  # type: ignore[attr-defined]
-                        "the loss with a scaler held in an attribute or container, which the "
+                        f"the loss with a scaler held in {where}, which the "
                         "migration does not follow; migrate it by hand",
                     )
                 )
@@ -131,6 +143,21 @@ class TorchAmpRules:
                     "(e.g. a function nobody here calls); migrate it by hand",
                 )
             )
+
+    def _attribute_scaler_handled(self, owner: cst.BaseExpression) -> bool:
+        """``self.x`` of ``self.x.scale(loss).backward()`` holds a torch GradScaler whose
+        attribute the rules already followed (planned, or reported where it blocked), or
+        one built by a known call that is not a torch GradScaler (RoundPipe's own)."""
+        family = self.attributes.family_of_attribute(owner) if isinstance(owner, cst.Attribute) else None
+        if family is None:
+            return False
+        if (family, owner.attr.value) in self._attribute_scalers:  # type: ignore[attr-defined]
+            return True
+        try:
+            tracked = family.follow(owner.attr.value, SCALER_READS)  # type: ignore[attr-defined]
+        except Blocked:
+            return False
+        return self._built_by_other_call(tracked.statement)
 
     @staticmethod
     def _scaled_on_an_object(call: cst.Call) -> bool:
@@ -219,19 +246,72 @@ class TorchAmpRules:
             and isinstance(small, cst.Assign)
             and (small.value is call or _optional(small.value, call))
             and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
+            and (isinstance(small.targets[0].target, cst.Name) or self._instance_attribute(small.targets[0].target))
         ):
+            if isinstance(small, cst.Assign) and isinstance(small.value, (cst.IfExp, cst.BooleanOperation)):
+                self._refuse_injected(small, call)
             raise Blocked(
                 call,
                 "RPM105",
                 "GradScaler is not assigned to a plain variable "
                 "(attribute, container or expression); migrate this one by hand",
             )
-        name = statement.body[0].targets[0].target.value
+        target = statement.body[0].targets[0].target
         kind = self.facts.scaler_kind(call)
+        if isinstance(target, cst.Attribute):  # `self.scaler = GradScaler(...)` in a method
+            family = self.attributes.family_of_attribute(target)
+            self._attribute_scalers.add((family, target.attr.value))
+            name, scope = family.follow(target.attr.value, SCALER_READS).reference, family
+        else:
+            name, scope = target.value, self.facts.scope(statement.body[0])
         self._rewrite_constructor(call, kind)
-        scope = self.facts.scope(statement.body[0])
         self._follow_scaler(name, scope, depth=0)
+
+    def _refuse_injected(self, assign: cst.Assign, at: cst.CSTNode) -> None:
+        """``self.scaler = scaler if scaler is not None else GradScaler()``, ``... or
+        GradScaler()``, or ``self.scaler = scaler`` after ``if scaler is None: scaler =
+        GradScaler()``: the attribute may hold a scaler handed in by the caller."""
+        attributes = [t.target for t in assign.targets if self._instance_attribute(t.target)]
+        if not attributes:
+            return
+        for attribute in attributes:  # reported here: its backward is not reported again
+            self._attribute_scalers.add((self.attributes.family_of_attribute(attribute), attribute.attr.value))
+        raise Blocked(
+            at,
+            "RPM120",
+            f"`{code(self.facts.statement_of(assign)).strip()}` may keep a scaler handed in by the caller "
+            "(built elsewhere, so not followed) instead of this GradScaler; build the scaler in the "
+            "class unconditionally, or migrate by hand",
+        )
+
+    def _instance_attribute(self, target: cst.BaseExpression) -> bool:
+        """``self.x``, with ``self`` the instance parameter of a method of a class."""
+        return isinstance(target, cst.Attribute) and self.attributes.family_of_attribute(target) is not None
+
+    def _accesses(self, name: str, scope) -> List[cst.BaseExpression]:
+        """Every read of ``name`` (a plain name bound in ``scope``, or an instance
+        attribute's reference in its family), in source order."""
+        if isinstance(scope, InstanceFamily):
+            return list(scope.follow(name.partition(".")[2]).reads)
+        return list(self.facts.accesses(name, scope))
+
+    def _assignments(self, name: str, scope) -> List[cst.CSTNode]:
+        """The nodes binding ``name`` in ``scope`` (an instance family: its one binding)."""
+        if isinstance(scope, InstanceFamily):
+            return [scope.follow(name.partition(".")[2]).statement]
+        return self.facts.assignments(name, scope)
+
+    def _runs_after(self, node: cst.CSTNode, scope, after: int) -> bool:
+        """``node`` (a read of a name bound in ``scope``) may run after the statement at
+        source rank ``after``: later in source order; in an instance family, in another
+        method too."""
+        if isinstance(scope, InstanceFamily):
+            return scope.runs_after(node, after)
+        return self.facts.order(node) > after
+
+    def reference(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """The name the rules follow ``node`` as (see :meth:`InstanceAttributes.reference`)."""
+        return self.attributes.reference(node)
 
     def _rewrite_constructor(self, call: cst.Call, kind) -> None:
         def build(updated: cst.Call) -> cst.Call:
@@ -251,7 +331,7 @@ class TorchAmpRules:
         """Check every use of the scaler variable; plan each training step it drives."""
         if depth > 4:
             raise Blocked(scope.node, "RPM104", "GradScaler passed through too many functions")
-        for access in self.facts.accesses(name, scope):
+        for access in self._accesses(name, scope):
             parent = self.facts.parent(access)
             if isinstance(parent, cst.Attribute) and parent.value is access:
                 method = parent.attr.value
@@ -276,11 +356,13 @@ class TorchAmpRules:
                     raise Blocked(access, "RPM104", f"GradScaler method {method!r} is not migrated")
             elif isinstance(parent, cst.Arg):
                 self._follow_into_function(parent, name, depth)
-            elif _tests_presence(parent, access):
+            elif tests_presence(parent, access):
                 continue  # `if scaler is not None:`, `if scaler:`: optional AMP
             elif (targets := returned_targets(self.facts, access)) is not None:
                 for target_scope, target, _ in targets:  # `return model, scaler` of a setup function
                     self._follow_scaler(target, target_scope, depth + 1)
+            elif isinstance(parent, cst.Assign) and parent.value is access:
+                self._refuse_injected(parent, access)
             else:
                 raise Blocked(
                     access,
@@ -314,6 +396,8 @@ class TorchAmpRules:
 
     # ------------------------------------------------- optimizer -> model binding
     def _binding(self, name: str, at: cst.CSTNode) -> Binding:
+        if "." in name:  # `self.optimizer`: bound once in a method of the class
+            return self.attributes.binding(name, at)
         scope = self.facts.scope(at)
         assignments = list(scope[name]) if scope is not None else []
         if not assignments:
@@ -495,22 +579,6 @@ def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
         return False
     other = value.orelse if value.body is call else value.body if value.orelse is call else None
     return other is not None and m.matches(other, m.Name("None"))
-
-
-def _tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
-    """``access`` is only tested for being there: ``x is None``, ``x is not None`` or the
-    test of an ``if``/``while``/conditional expression (``if x:``), possibly under ``not``."""
-    if isinstance(parent, cst.Comparison):
-        return (
-            parent.left is access
-            and len(parent.comparisons) == 1
-            and m.matches(
-                parent.comparisons[0], m.ComparisonTarget(operator=m.Is() | m.IsNot(), comparator=m.Name("None"))
-            )
-        )
-    if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
-        return True
-    return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access
 
 
 def plan_torch_amp(

@@ -16,6 +16,7 @@ EXAMPLES = [
     "amp_legacy_cuda.py",
     "amp_train_function.py",
     "amp_outputs_used.py",
+    "amp_trainer_class.py",
 ]
 
 STEP_LINE = re.compile(r"^step \d+ loss -?\d+\.\d{6}")

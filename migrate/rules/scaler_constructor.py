@@ -32,7 +32,7 @@ RULE = Rule(
             expect=('roundpipe.GradScaler("cuda", init_scale=1024.0)',),
         ),
         Example(
-            'import torch\n\n\nclass Trainer:\n    def __init__(self):\n        self.scaler = torch.amp.GradScaler("cuda")\n',
+            'import torch\n\nSCALERS = {"main": torch.amp.GradScaler("cuda")}\n',
             codes=("RPM105",),
         ),
         Example(

@@ -1,0 +1,435 @@
+"""Trainer classes (issue 10, shape 1): objects held on ``self`` are followed through the
+methods of their class (migrate/attributes.py, rule migrate/rules/trainer_class.py).
+
+The migrated trainers run: with ``--exact`` they print the original's numbers, in the fused
+and in the autograd form; the default (asynchronous) migration runs as many steps and waits
+for the running step before another method writes optimizer state. Every refusal names the
+statement that blocks.
+"""
+
+import contextlib
+import io
+import re
+import runpy
+
+import pytest
+
+from migrate.engine import migrate_source
+
+STEP = re.compile(r"^step \d+ loss \S+", re.M)
+
+FUSED = """
+import io
+
+import torch
+import torch.nn.functional as F
+
+
+class Base:
+    def clip(self):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+
+
+class Trainer(Base):
+    def __init__(self, lr=0.05):
+        self.model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.GELU(), torch.nn.Linear(12, 3))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+        self.steps = 0
+
+    def train_step(self, x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.steps += 1
+        return loss.detach()
+
+    def set_lr(self, lr):
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def state_dict(self):
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state):
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+
+
+def main():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(8)]
+    trainer = Trainer()
+    for x, y in batches[:4]:
+        print(f"step {trainer.steps} loss {trainer.train_step(x, y).item()!r}")
+    trainer.set_lr(0.02)
+    buffer = io.BytesIO()
+    torch.save(trainer.state_dict(), buffer)
+    buffer.seek(0)
+    resumed = Trainer()
+    resumed.load_state_dict(torch.load(buffer))
+    for x, y in batches[4:]:
+        print(f"step {resumed.steps} loss {resumed.train_step(x, y).item()!r}")
+    print(f"final scale {resumed.scaler.get_scale()!r}")
+
+
+main()
+"""
+
+AUTOGRAD = """
+import torch
+
+
+class Trainer:
+    def __init__(self, amp):
+        self.net = torch.nn.Sequential(torch.nn.Linear(5, 9), torch.nn.Tanh(), torch.nn.Linear(9, 1))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
+        self.grad_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=3) if amp else None
+
+    def train_step(self, x, y):
+        self.opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.grad_scaler is not None):
+            out = self.net(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        if not torch.isfinite(loss):
+            raise FloatingPointError("loss is not finite")
+        if self.grad_scaler is not None:
+            self.grad_scaler.scale(loss).backward()
+            self.grad_scaler.unscale_(self.opt)
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), 2.0)
+            self.grad_scaler.step(self.opt)
+            self.grad_scaler.update()
+        else:
+            loss.backward()
+            self.opt.step()
+        return loss.item()
+
+
+def main(amp):
+    torch.manual_seed(1)
+    gen = torch.Generator().manual_seed(5)
+    trainer = Trainer(amp)
+    for step in range(8):
+        x, y = torch.randn(10, 5, generator=gen), torch.randn(10, 1, generator=gen)
+        print(f"step {step} loss {trainer.train_step(x, y)!r}")
+    scale = trainer.grad_scaler.get_scale() if trainer.grad_scaler is not None else None
+    print(f"final scale {scale!r}")
+
+
+main(True)
+main(False)
+"""
+
+
+def _run(source: str, tmp_path, name: str) -> str:
+    script = tmp_path / name
+    script.write_text(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(script), run_name="__main__")
+    return out.getvalue()
+
+
+def _migrated(source: str, exact: bool) -> str:
+    result = migrate_source(source, "trainer.py", exact=exact)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert migrate_source(result.migrated, "trainer.py", exact=exact).migrated == result.migrated  # idempotent
+    return result.migrated
+
+
+@pytest.mark.parametrize("source", [FUSED, AUTOGRAD], ids=["fused", "autograd"])
+def test_migrated_trainer_prints_the_original_numbers(source, tmp_path):
+    original = _run(source, tmp_path, "original.py")
+    assert len(STEP.findall(original)) >= 8
+    assert _run(_migrated(source, exact=True), tmp_path, "exact.py") == original
+    lagged = _run(_migrated(source, exact=False), tmp_path, "default.py")
+    assert len(STEP.findall(lagged)) == len(STEP.findall(original))
+
+
+def test_the_step_takes_the_form_its_method_allows():
+    fused = _migrated(FUSED, exact=True)
+    assert "self.model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)" in fused
+    assert "self.model = roundpipe.RoundPipe(\n            torch.nn.Sequential(" in fused
+    assert "self.optimizer = torch.optim.AdamW(self.model.optim_parameters(), lr=lr)" in fused
+    assert "torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)" in fused  # Base.clip: never called
+    autograd = _migrated(AUTOGRAD, exact=True)
+    assert "            out = self.net(x)\n" in autograd and "self.grad_scaler.scale(loss).backward()" in autograd
+    assert (
+        "self.net.step(_step_fn, is_async=False)" in autograd
+        and "self.net.step(_step_fn_2, is_async=False)" in autograd
+    )
+
+
+def test_checkpoint_methods_go_through_the_wrapped_module_after_synchronize():
+    migrated = _migrated(FUSED, exact=True)
+    assert (
+        '        self.model.synchronize()\n        return {\n            "model": self.model.model.state_dict(),'
+        in migrated
+    )
+    assert '        self.model.synchronize()\n        self.model.model.load_state_dict(state["model"])' in migrated
+
+
+def test_asynchronously_other_methods_wait_for_the_running_step_before_writing_optimizer_state():
+    lagged = _migrated(FUSED, exact=False)
+    assert "    def set_lr(self, lr):\n        self.model.synchronize()\n        for group in" in lagged
+    assert "self.model.synchronize()\n        self.optimizer.load_state_dict(" in lagged
+    assert "self.model.synchronize()" not in _migrated(FUSED, exact=True).split("def set_lr")[1].split("def ")[0]
+    autograd = _migrated(AUTOGRAD, exact=False)  # the step method runs once per step: all of it follows one
+    assert "    def train_step(self, x, y):\n        self.net.synchronize()\n        self.opt.zero_grad()\n" in autograd
+
+
+def _refused(source: str, line: int, *words: str) -> None:
+    result = migrate_source(source, "trainer.py")
+    assert result.migrated == source
+    assert [(d.line, d.code) for d in result.diagnostics] == [(line, "RPM120")], [
+        d.format() for d in result.diagnostics
+    ]
+    for word in words:
+        assert word in result.diagnostics[0].message
+
+
+def _line(source: str, text: str) -> int:
+    return source[: source.index(text)].count("\n") + 1
+
+
+REFUSALS = {
+    "bound twice": (
+        FUSED.replace(
+            "    def set_lr(self, lr):\n",
+            "    def reset(self):\n        self.scaler = None\n\n    def set_lr(self, lr):\n",
+        ),
+        "        self.scaler = None",
+        ("`self.scaler = None`", "bound more than once"),
+    ),
+    "not a plain assignment": (
+        FUSED.replace(
+            "        self.scheduler = torch", "        self.opt2 = self.optimizer\n        self.scheduler = torch"
+        ).replace(
+            "        self.optimizer = torch.optim.AdamW(", "        self.optimizer = self.backup = torch.optim.AdamW("
+        ),
+        "        self.optimizer = self.backup",
+        ("other than by a plain assignment",),
+    ),
+    "optimizer outside __init__": (
+        FUSED.replace(
+            "        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)\n"
+            "        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)\n",
+            "        self.build(lr)\n",
+        ).replace(
+            "    def train_step(self, x, y):\n",
+            "    def build(self, lr):\n        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)\n"
+            "        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)\n\n"
+            "    def train_step(self, x, y):\n",
+        ),
+        "        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)",
+        ("outside Trainer.__init__",),
+    ),
+    "model handed in": (
+        FUSED.replace(
+            "    def __init__(self, lr=0.05):\n        self.model = torch.nn.Sequential(",
+            "    def __init__(self, lr=0.05, model=None):\n        self.model = model or torch.nn.Sequential(",
+        ),
+        "        self.model = model or",
+        ("not built in Trainer.__init__",),
+    ),
+    "instance named otherwise": (
+        FUSED.replace(
+            "    def set_lr(self, lr):\n        for group in self.optimizer",
+            "    def set_lr(this, lr):\n        for group in this.optimizer",
+        ),
+        "        for group in this.optimizer",
+        ("`this.optimizer` names the instance differently",),
+    ),
+    "scaler stepped from outside": (
+        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    trainer.scaler.update(4.0)\n"),
+        "    trainer.scaler.update(4.0)",
+        ("from outside the class",),
+    ),
+    "attribute replaced from outside": (
+        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    trainer.optimizer = None\n"),
+        "    trainer.optimizer = None",
+        ("`trainer.optimizer = None`", "from outside the class"),
+    ),
+    "model used from outside": (
+        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    trainer.model.eval()\n"),
+        "    trainer.model.eval()",
+        ("from outside the class",),
+    ),
+    "base class of another file": (
+        FUSED.replace("import io\n", "import io\n\nfrom hooks import LoggingMixin\n").replace(
+            "class Trainer(Base):", "class Trainer(Base, LoggingMixin):"
+        ),
+        "class Trainer(Base, LoggingMixin):",
+        ("derives from `LoggingMixin`",),
+    ),
+    "scaler injected": (
+        FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
+            '        self.scaler = torch.amp.GradScaler("cpu"',
+            '        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu"',
+        ),
+        "        self.scaler = scaler if",
+        ("handed in by the caller",),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_a_trainer_the_rules_cannot_account_for_is_refused_at_the_statement(name):
+    source, text, words = REFUSALS[name]
+    assert source != FUSED
+    _refused(source, _line(source, text), *words)
+
+
+def test_an_injected_scaler_stored_after_a_none_check_is_refused_once():
+    source = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
+        '        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)\n',
+        '        if scaler is None:\n            scaler = torch.amp.GradScaler("cpu")\n        self.scaler = scaler\n',
+    )
+    _refused(source, _line(source, "        self.scaler = scaler\n"), "`self.scaler = scaler`")
+
+
+def test_read_only_scaler_uses_from_outside_are_fine_and_other_classes_attributes_are_their_own():
+    logger = "class Logger:\n    def __init__(self):\n        self.model = 'mlp'\n\n    def log(self):\n"
+    source = FUSED.replace("def main():\n", logger + "        print(self.model)\n\n\ndef main():\n").replace(
+        "    trainer.set_lr(0.02)\n",
+        "    trainer.set_lr(0.02)\n    assert trainer.scaler.is_enabled() and trainer.scaler is not None\n",
+    )
+    assert "print(self.model)" in _migrated(source, exact=True)
+
+
+def test_a_step_split_over_methods_is_refused_where_the_backward_is():
+    source = FUSED.replace(
+        "        self.scaler.scale(loss).backward()\n        self.scaler.unscale_(self.optimizer)\n",
+        "        self.backward(loss)\n        self.scaler.unscale_(self.optimizer)\n",
+    ).replace(
+        "    def set_lr(self, lr):\n",
+        "    def backward(self, loss):\n        self.scaler.scale(loss).backward()\n\n    def set_lr(self, lr):\n",
+    )
+    result = migrate_source(source, "trainer.py")
+    assert result.migrated == source
+    split = [(d.code, d.line) for d in result.diagnostics if "backward() ends with it" in d.message]
+    assert split == [("RPM106", _line(source, "        self.scaler.scale(loss).backward()\n"))]
+
+
+def _project(main: str):
+    from migrate.project import migrate_project
+
+    trainer = FUSED.replace("\n\nmain()\n", "\n")
+    return migrate_project({"trainer.py": trainer, "main.py": main}, exact=True)
+
+
+def test_a_trainer_of_another_file_migrates_when_its_users_only_call_it():
+    results = _project("from trainer import Trainer\n\nt = Trainer()\nprint(t.scaler.get_scale())\n")
+    assert results["trainer.py"].status == "migrated"
+    assert [d.code for d in results["trainer.py"].diagnostics] == []
+
+
+@pytest.mark.parametrize(
+    "main",
+    [
+        "from trainer import Trainer\n\nt = Trainer()\nt.model.eval()\n",
+        "import trainer\n\nt = trainer.Trainer()\nprint(t.model.state_dict())\n",
+    ],
+    ids=["from-import", "module-import"],
+)
+def test_a_trainer_whose_model_another_file_reads_through_an_instance_is_refused(main):
+    results = _project(main)
+    trainer = results["trainer.py"]
+    assert trainer.migrated == trainer.original
+    assert [(d.code, d.line) for d in trainer.diagnostics] == [("RPM110", _line(trainer.original, "class Trainer("))]
+    assert "main.py:4 reads it" in trainer.diagnostics[0].message
+
+
+def test_a_trainer_handing_itself_to_a_function_of_another_file_is_refused():
+    from migrate.project import migrate_project
+
+    trainer = FUSED.replace("\n\nmain()\n", "\n").replace("import io\n", "import io\n\nfrom hooks import after_step\n")
+    trainer = trainer.replace("        self.steps += 1\n", "        self.steps += 1\n        after_step(self)\n")
+    results = migrate_project({"trainer.py": trainer, "hooks.py": "def after_step(t):\n    t.model.eval()\n"}, True)
+    assert results["trainer.py"].migrated == trainer
+    assert [d.code for d in results["trainer.py"].diagnostics] == ["RPM110"]
+
+
+def test_a_model_used_before_its_optimizer_is_built_is_wrapped_right_before_it():
+    source = FUSED.replace(
+        "        self.optimizer = torch.optim.AdamW(",
+        "        self.model.apply(lambda m: None)\n        self.optimizer = torch.optim.AdamW(",
+    )
+    migrated = _migrated(source, exact=True)
+    wrap = "        self.model = roundpipe.RoundPipe(\n            self.model,\n            model_run_config="
+    assert "        self.model.apply(lambda m: None)\n" + wrap in migrated
+
+
+def test_names_that_cannot_hold_an_instance_are_not_uses_of_its_attributes():
+    source = FUSED.replace(
+        "def main():\n",
+        "def describe(args):\n    print(args.model, args.optimizer)\n\n\ndef main():\n",
+    ).replace(
+        "    trainer.set_lr(0.02)\n",
+        "    trainer.set_lr(0.02)\n    describe(argparse.Namespace(model='mlp', optimizer='adamw'))\n",
+    )
+    source = source.replace("import io\n", "import argparse\nimport io\n")
+    assert "print(args.model, args.optimizer)" in _migrated(source, exact=True)
+    handed = source.replace(
+        "    describe(argparse.Namespace(model='mlp', optimizer='adamw'))\n", "    describe(trainer)\n"
+    )
+    _refused(handed, _line(handed, "    print(args.model, args.optimizer)"), "from outside the class")
+
+
+def test_a_step_whose_backward_reaches_a_second_wrapped_model_is_refused():
+    gan = """import torch
+
+
+class GAN:
+    def __init__(self):
+        self.G = torch.nn.Linear(2, 2)
+        self.opt_g = torch.optim.Adam(self.G.parameters())
+        self.D = torch.nn.Linear(2, 1)
+        self.opt_d = torch.optim.Adam(self.D.parameters())
+        self.scaler_g = torch.amp.GradScaler("cuda")
+        self.scaler_d = torch.amp.GradScaler("cuda")
+
+    def d_step(self, real):
+        loss = self.D(real).mean()
+        self.scaler_d.scale(loss).backward()
+        self.scaler_d.step(self.opt_d)
+        self.scaler_d.update()
+
+    def g_step(self, z):
+        loss = -self.D(self.G(z)).mean()
+        self.scaler_g.scale(loss).backward()
+        self.scaler_g.step(self.opt_g)
+        self.scaler_g.update()
+"""
+    result = migrate_source(gan, "gan.py")
+    assert result.migrated == gan
+    assert [(d.code, d.line) for d in result.diagnostics] == [("RPM107", _line(gan, "        loss = -self.D("))]
+    assert "calls two wrapped models" in result.diagnostics[0].message
+    assert (
+        migrate_source(
+            gan.replace("        loss = -self.D(self.G(z)).mean()\n", "        loss = self.G(z).mean()\n"), "gan.py"
+        ).status
+        == "migrated"
+    )
+
+
+def test_a_model_handed_in_and_moved_to_a_device_is_refused():
+    source = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, net, lr=0.05):").replace(
+        "        self.model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.GELU(), torch.nn.Linear(12, 3))\n",
+        '        self.model = net.to("cpu")\n',
+    )
+    _refused(source, _line(source, '        self.model = net.to("cpu")'), "not built in Trainer.__init__")
