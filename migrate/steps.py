@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
+from . import multi_step
 from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_writes import optimizer_writes
@@ -71,8 +72,11 @@ class StepBuilder:
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
+        found = multi_step.own_statements(self, found, optimizer, model)
+        group = list(found.statements)
         self.trained = (optimizer, model)
         try:
+            multi_step.check_fusable(self)
             region = self._forward_region(model, optimizer)
             forward = self._plan_forward(region, model)
         except Blocked as unfused:
@@ -254,13 +258,14 @@ class StepBuilder:
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self._classify(s) for s in group]
-        if kinds.count("step") != 1 or kinds.count("update") != 1:
+        if kinds.count("step") != 1 or kinds.count("update") > 1:
             raise Blocked(
                 group[0],
                 "RPM107",
-                "the step must call scaler.step() and scaler.update() once each (several optimizers are not migrated)",
+                "the step must call scaler.step() once and scaler.update() at most once "
+                "(several optimizers stepped together are not migrated)",
             )
-        if kinds.index("update") < kinds.index("step"):
+        if "update" in kinds and kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])
         if len(step_call.args) != 1 or not isinstance(step_call.args[0].value, cst.Name):
@@ -270,6 +275,8 @@ class StepBuilder:
                 "scaler.step() with extra arguments (e.g. a closure) is not migrated",
             )
         optimizer = step_call.args[0].value.value
+        if "update" not in kinds:  # one of several steps sharing the scaler (a GAN)
+            multi_step.require_update_later(self, group, optimizer)
         for statement, kind in self._with_kinds(group):
             call = only_expression(statement)
             if kind == "unscale" and not m.matches(call.args[0].value if call.args else None, m.Name(optimizer)):
@@ -788,8 +795,11 @@ class StepBuilder:
 
         plan.edits.replace_range(found.block, found.start, found.end, build)
         self.rules.plan.step_statements.update(self.body[index] for index in zero_grads)
-        for index in zero_grads:
-            plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
+        if multi_step.keeps_zero_grad_in_place(self):
+            multi_step.zero_models_in_place(self, zero_grads, optimizer, model)
+        else:
+            for index in zero_grads:
+                plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))
         plan.rewrites.append((group[0], self.step_rewrite))
 
@@ -818,6 +828,8 @@ class StepBuilder:
 
     def _step_body(self, updated, kinds, optimizer: str):
         """(statements for the step function, the update statement) from the step group."""
+        if "update" not in kinds:  # the shared scaler's update comes after a later step
+            return list(updated), None
         update_index = kinds.index("update")
         inside = [s for i, s in enumerate(updated) if i != update_index]
         return inside, self._update_statement(updated[update_index])

@@ -1,0 +1,168 @@
+"""Several optimizer steps in one program: GANs and other multi-network trainers.
+
+A GAN iteration steps a discriminator, then a generator, each with its own optimizer and
+backward, and one scaler shared by both (``scaler.step(opt_d)`` after the first backward,
+``scaler.step(opt_g)`` and the one ``scaler.update()`` after the second) or one scaler each.
+:class:`~migrate.steps.StepBuilder` plans each step on its own; this module holds what
+changes when another backward shares the program:
+
+* :func:`check_fusable` keeps every such step in the autograd form: a backward may reach
+  another network's parameters (the generator's loss runs through the discriminator), so
+  forwards and backwards stay on the main thread as written.
+* :func:`keeps_zero_grad_in_place` says a ``zero_grad()`` before the backward stays where
+  it is (on the model, whose gradients the other backward may have filled in between)
+  instead of moving to the end of the step function; the step function also zeroes the
+  optimizer copies (:meth:`StepBuilder._plan_step_group`).
+* :func:`own_statements` ends a step group before a statement working on another network
+  (``scaler.step(opt_d)`` then ``net_g.zero_grad()``): that one stays on the main thread.
+* :func:`require_update_later` accepts a step group without ``scaler.update()`` only when the
+  same scaler's update follows later in the same block, so the scale is still updated
+  once per iteration, after every step that shares it.
+
+roundpipe's GradScaler records each optimizer's inf checks in the iteration's record and
+``update()`` combines them as torch does, also with the steps queued asynchronously on
+the one optimizer thread (docs/gradscaler.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+import libcst as cst
+
+from .plan import Blocked
+from .syntax import method_call, only_expression
+
+if TYPE_CHECKING:
+    from .steps import StepBuilder, StepGroup
+
+__all__ = [
+    "check_fusable",
+    "keeps_zero_grad_in_place",
+    "own_statements",
+    "require_update_later",
+    "zero_models_in_place",
+]
+
+_OPTIMIZER_WORK = frozenset({"unscale", "clip", "guarded", "step"})  # what must stay in one step function
+
+
+def other_backward(step: "StepBuilder") -> Optional[cst.Call]:
+    """The first ``.backward(...)`` of the module, outside this step's backward statement,
+    that can run in the same program as it (not in the other branch of an ``if`` around
+    both, as the plain path of a two-path step is); None when there is none."""
+    facts = step.facts
+    for call in facts.backward_calls:
+        if facts.within(call, step.backward) or _exclusive(step, call):
+            continue
+        return call
+    return None
+
+
+def _exclusive(step: "StepBuilder", call: cst.Call) -> bool:
+    """``call`` and the step's backward sit in different branches of one ``if``."""
+    facts = step.facts
+    mine = {id(a) for a in facts.ancestors(step.backward)}
+    common = next((a for a in facts.ancestors(call) if id(a) in mine), None)
+    if not isinstance(common, cst.If) or common.orelse is None:
+        return False
+    return facts.within(call, common.body) != facts.within(step.backward, common.body)
+
+
+def check_fusable(step: "StepBuilder") -> None:
+    """Raise the reason (an unfusable code, see :data:`migrate.steps.UNFUSABLE`) why a step
+    sharing its program with another backward keeps the autograd form."""
+    if not step.autograd_form:
+        return  # only the fused form exists for this kind of step (apex)
+    other = other_backward(step)
+    if other is not None:
+        line = step.facts.line(other)
+        raise Blocked(
+            step.backward,
+            "RPM107",
+            f"another backward (line {line}) shares the program and may reach this "
+            "model's parameters (several networks or optimizers)",
+        )
+
+
+def keeps_zero_grad_in_place(step: "StepBuilder") -> bool:
+    """A ``zero_grad()`` before this step's backward stays where it is: another backward may
+    fill the model's gradients between this step and that point (the generator's backward
+    through the discriminator), and the original drops them there."""
+    return step.autograd_form and other_backward(step) is not None
+
+
+def own_statements(step: "StepBuilder", found: "StepGroup", optimizer: str, model: str) -> "StepGroup":
+    """``found`` up to the first statement that zeroes another network or steps a scheduler
+    built on another optimizer: what follows stays on the main thread, in its place."""
+    from .steps import StepGroup
+
+    for position, statement in enumerate(found.statements):
+        if not _foreign(step, statement, optimizer, model):
+            continue
+        rest = found.statements[position:]
+        if any(step._classify(s) in _OPTIMIZER_WORK for s in rest):
+            raise Blocked(
+                statement,
+                "RPM107",
+                f"this statement works on another network in the middle of the step of "
+                f"{optimizer!r}; the step cannot move into one step function; not migrated",
+            )
+        kept = found.statements[:position]
+        return StepGroup(found.block, found.start, found.start + position, kept, found.condition)
+    return found
+
+
+def _foreign(step: "StepBuilder", statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+    kind = step._classify(statement)
+    call = only_expression(statement)
+    if kind == "zero_grad" and isinstance(call, cst.Call):
+        owner = call.func.value.value  # type: ignore[attr-defined]
+        return owner not in (optimizer, model)
+    if kind == "scheduler" and isinstance(call, cst.Call):
+        owner = call.func.value.value  # type: ignore[attr-defined]
+        built = step.rules._binding(owner, statement).value
+        if isinstance(built, cst.Call) and built.args and isinstance(built.args[0].value, cst.Name):
+            return built.args[0].value.value != optimizer
+    return False
+
+
+def require_update_later(step: "StepBuilder", group: List[cst.BaseStatement], optimizer: str) -> None:
+    """A step group without ``scaler.update()`` (the first of several steps sharing one
+    scaler) needs that scaler's update as a later statement of the same block (or of the
+    block around the ``if`` holding the group); otherwise the scale would not be updated
+    once per iteration after it, and the step is refused."""
+    facts = step.facts
+    anchor: cst.CSTNode = group[-1]
+    block = facts.parent(anchor)
+    while isinstance(block, (cst.IndentedBlock, cst.Module)):
+        body = list(block.body)
+        for statement in body[body.index(anchor) + 1 :]:
+            call = only_expression(statement)
+            if call is not None and method_call(call, step.scaler, "update"):
+                return
+        guard = facts.parent(block)
+        if not isinstance(guard, cst.If) or guard.orelse is not None:
+            break
+        anchor, block = guard, facts.parent(guard)
+    raise Blocked(
+        group[0],
+        "RPM107",
+        f"`{step.scaler}.step({optimizer})` is not followed by `{step.scaler}.update()`, "
+        "neither in its step nor later in the same block: the scale must be updated once "
+        "per iteration after every step that shares it; not migrated",
+    )
+
+
+def zero_models_in_place(step: "StepBuilder", zero_grads: List[int], optimizer: str, model: str) -> None:
+    """The ``zero_grad()`` calls at these positions of the step's block stay where they are,
+    on the model: ``optimizer.zero_grad(...)`` becomes ``model.zero_grad(...)`` (the
+    optimizer is built on that model's parameters, whose gradients RoundPipe's backward
+    fills); the step function zeroes the optimizer copies after the step."""
+    for index in zero_grads:
+        call = only_expression(step.body[index])
+        if isinstance(call, cst.Call) and method_call(call, optimizer, "zero_grad"):
+            step.rules.plan.edits.replace_expression(
+                call.func.value,  # type: ignore[attr-defined]
+                lambda _: cst.Name(model),
+            )
