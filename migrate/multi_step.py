@@ -26,7 +26,7 @@ the one optimizer thread (docs/gradscaler.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Set
 
 import libcst as cst
 
@@ -41,6 +41,7 @@ __all__ = [
     "keeps_zero_grad_in_place",
     "own_statements",
     "require_update_later",
+    "several_models_message",
     "zero_models_in_place",
 ]
 
@@ -149,8 +150,9 @@ def require_update_later(step: "StepBuilder", group: List[cst.BaseStatement], op
         group[0],
         "RPM107",
         f"`{step.scaler}.step({optimizer})` is not followed by `{step.scaler}.update()`, "
-        "neither in its step nor later in the same block: the scale must be updated once "
-        "per iteration after every step that shares it; not migrated",
+        "neither in its step nor later in the same block (one under a condition does not "
+        "count): the scale must be updated once per iteration after every step that "
+        "shares it; not migrated",
     )
 
 
@@ -166,3 +168,13 @@ def zero_models_in_place(step: "StepBuilder", zero_grads: List[int], optimizer: 
                 call.func.value,  # type: ignore[attr-defined]
                 lambda _: cst.Name(model),
             )
+
+
+def several_models_message(optimizer: str, models: Set[str]) -> str:
+    """Why an optimizer over the parameters of several models is refused (RPM108)."""
+    names = " and ".join(sorted(models))
+    return (
+        f"optimizer {optimizer!r} trains the parameters of several models ({names}): each "
+        "RoundPipe model steps its own optimizer copies, so one optimizer cannot span two "
+        "wrapped models; build one optimizer per model (or one module holding both) by hand"
+    )

@@ -301,6 +301,8 @@ class StepBuilder:
 
         built.value.visit(FindParameters())
         owners = {call.func.value.value for call in parameter_calls}
+        if len(owners) > 1:
+            raise Blocked(built.value, "RPM108", multi_step.several_models_message(optimizer, owners))
         if len(owners) != 1:
             raise Blocked(
                 built.value,

@@ -252,7 +252,7 @@ class TorchAmpRules:
             if isinstance(parent, cst.Attribute) and parent.value is access:
                 method = parent.attr.value
                 if method == "scale":
-                    self._plan_backward(access, name)
+                    self._collect(self._plan_backward, access, name)  # each step: its own blocker
                 elif method in ("unscale_", "step", "update"):
                     self._step_method_uses.append(access)
                 elif method in (
