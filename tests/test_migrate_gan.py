@@ -1,0 +1,214 @@
+"""GANs and several optimizers (issue 10, shape 11): the rewrite and what it computes.
+
+Each program trains a discriminator and a generator on CPU under bf16 autocast, with one
+scaler shared by both steps or one scaler each, and prints every loss and scale. The
+``--exact`` migration must print exactly the original's numbers (two RoundPipe models, each
+with its own ``model.step``; the shared scale updated once per iteration), the default
+(asynchronous) migration as many steps; a near-miss stays refused with its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import re
+import runpy
+
+import pytest
+
+from migrate import multi_step
+from migrate.engine import migrate_source
+
+STEP = re.compile(r"^step \d+ ", re.M)
+
+_NETWORKS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+NZ = 4
+
+
+def make_networks():
+    torch.manual_seed(0)
+    netG = nn.Sequential(nn.Linear(NZ, 16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh())
+    netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    return netG, netD
+"""
+
+# DCGAN-style, one scaler: the discriminator's gradients are zeroed through its optimizer at
+# the top, so what the generator's backward leaves in them is dropped only there; an inf
+# loss in iteration 3 skips the discriminator's step alone and backs the shared scale off.
+SHARED_SCALER = (
+    _NETWORKS
+    + """
+
+def train(netG, netD, steps):
+    criterion = nn.BCEWithLogitsLoss()
+    opt_d = torch.optim.Adam(netD.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    opt_g = torch.optim.Adam(netG.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
+    gen = torch.Generator().manual_seed(7)
+    for i in range(steps):
+        real = torch.rand(12, 8, generator=gen) * 2 - 1
+        noise = torch.randn(12, NZ, generator=gen)
+        opt_d.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fake = netG(noise)
+            loss_d = criterion(netD(real).float().view(-1), torch.ones(12))
+            loss_d = loss_d + criterion(netD(fake.detach()).float().view(-1), torch.zeros(12))
+        if i == 3:
+            loss_d = loss_d * float("inf")
+        scaler.scale(loss_d).backward()
+        scaler.step(opt_d)
+        opt_g.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss_g = criterion(netD(fake).float().view(-1), torch.ones(12))
+        scaler.scale(loss_g).backward()
+        scaler.step(opt_g)
+        scaler.update()
+        print(f"step {i} loss {loss_d.item()!r} lossG {loss_g.item()!r} scale {scaler.get_scale()!r}")
+    print(f"final {[p.sum().item() for p in netD.parameters()]!r}")
+
+
+if __name__ == "__main__":
+    train(*make_networks(), steps=8)
+"""
+)
+
+# One scaler each, hinge loss, the discriminator clipped after unscale_, both updated.
+TWO_SCALERS = (
+    _NETWORKS
+    + """
+
+def train(netG, netD, steps):
+    opt_g = torch.optim.Adam(netG.parameters(), lr=1e-3, betas=(0.0, 0.9))
+    opt_d = torch.optim.Adam(netD.parameters(), lr=4e-3, betas=(0.0, 0.9))
+    scaler_g = torch.amp.GradScaler("cpu", init_scale=2.0**6, growth_interval=2)
+    scaler_d = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=3)
+    gen = torch.Generator().manual_seed(20)
+    for i in range(steps):
+        real = torch.rand(16, 8, generator=gen) * 2 - 1
+        z = torch.randn(16, NZ, generator=gen)
+        netD.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fake = netG(z).detach()
+            loss_d = F.relu(1.0 - netD(real)).mean() + F.relu(1.0 + netD(fake)).mean()
+        scaler_d.scale(loss_d).backward()
+        scaler_d.unscale_(opt_d)
+        nn.utils.clip_grad_norm_(netD.parameters(), 0.5)
+        scaler_d.step(opt_d)
+        scaler_d.update()
+        netG.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss_g = -netD(netG(z)).float().mean()
+        scaler_g.scale(loss_g).backward()
+        scaler_g.step(opt_g)
+        scaler_g.update()
+        print(f"step {i} loss {loss_d.item()!r} lossG {loss_g.item()!r}")
+    print(f"final scale {scaler_d.get_scale()!r} {scaler_g.get_scale()!r}")
+
+
+if __name__ == "__main__":
+    train(*make_networks(), steps=8)
+"""
+)
+
+PROGRAMS = {"shared_scaler": SHARED_SCALER, "two_scalers": TWO_SCALERS}
+
+
+def _run(source: str, folder: pathlib.Path, name: str) -> str:
+    script = folder / name
+    script.write_text(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(script), run_name="__main__")
+    return out.getvalue()
+
+
+def test_shared_scaler_gets_one_step_function_per_network_and_one_update():
+    result = migrate_source(SHARED_SCALER, "gan.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    text = result.migrated
+    assert "netD = roundpipe.RoundPipe(netD" in text and "netG = roundpipe.RoundPipe(netG" in text
+    assert "torch.optim.Adam(netD.optim_parameters()" in text and "torch.optim.Adam(netG.optim_parameters()" in text
+    # zero_grad() stays in place, on the model; the step function zeroes the copies
+    assert "        netD.zero_grad()\n        with torch.autocast" in text
+    assert "        netG.zero_grad()\n        with torch.autocast" in text
+    assert (
+        "            scaler.step(opt_d)\n            opt_d.zero_grad()\n        netD.step(_step_fn, is_async=False)\n"
+        in text
+    )
+    assert "            scaler.step(opt_g)\n            opt_g.zero_grad()\n" in text
+    assert text.count("scaler.update(is_async=False)") == 1
+    assert text.index("netG.step(") < text.index("scaler.update(is_async=False)")
+    forms = [r.description for r in result.rewrites if "autograd form" in r.description]
+    assert len(forms) == 2 and all("another backward" in form for form in forms)
+    assert migrate_source(text, "gan.py", exact=True).migrated == text  # idempotent
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_exact_migration_prints_the_originals_numbers(name, tmp_path):
+    source = PROGRAMS[name]
+    original = _run(source, tmp_path, "original.py")
+    assert len(STEP.findall(original)) == 8
+    exact = migrate_source(source, f"{name}.py", exact=True)
+    assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
+    assert _run(exact.migrated, tmp_path, "exact.py") == original
+
+
+def test_shared_scale_backs_off_once_for_the_skipped_discriminator_step(tmp_path):
+    """The inf loss of iteration 3 skips the discriminator's step only; the one update
+    combines both optimizers' inf checks (the scale halves once, as with torch)."""
+    exact = migrate_source(SHARED_SCALER, "gan.py", exact=True).migrated
+    scales = [float(s) for s in re.findall(r" scale (\S+)$", _run(exact, tmp_path, "exact.py"), re.M)]
+    assert scales[2] * 0.5 == scales[3] == scales[4] < scales[5]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_default_migration_runs_as_many_steps(name, tmp_path):
+    source = PROGRAMS[name]
+    default = migrate_source(source, f"{name}.py")
+    assert default.status == "migrated"
+    assert "is_async=False" not in default.migrated
+    printed = _run(default.migrated, tmp_path, "default.py")
+    assert len(STEP.findall(printed)) == 8
+
+
+def test_keeping_zero_grad_in_place_is_what_keeps_the_numbers(tmp_path, monkeypatch):
+    """Moving the top-of-iteration zero_grad() into the step function (the single-network
+    rule) would hand the gradients the generator's backward left in the discriminator to its
+    next step: the numbers would change. The test above would notice."""
+    original = _run(SHARED_SCALER, tmp_path, "original.py")
+    monkeypatch.setattr(multi_step, "keeps_zero_grad_in_place", lambda step: False)
+    moved = migrate_source(SHARED_SCALER, "gan.py", exact=True)
+    assert "        netD.zero_grad()\n" not in moved.migrated
+    assert _run(moved.migrated, tmp_path, "moved.py") != original
+
+
+def test_an_optimizer_over_two_networks_is_refused_by_name():
+    source = SHARED_SCALER.replace(
+        "opt_g = torch.optim.Adam(netG.parameters(), lr=2e-3, betas=(0.5, 0.999))",
+        "opt_g = torch.optim.Adam([*netG.parameters(), *netD.parameters()], lr=2e-3)",
+    )
+    result = migrate_source(source, "gan.py", exact=True)
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == ["RPM108"]
+    assert "several models (netD and netG)" in result.diagnostics[0].message
+
+
+def test_a_shared_scaler_without_an_update_after_the_first_step_is_refused():
+    source = SHARED_SCALER.replace("        scaler.update()\n", "")
+    result = migrate_source(source, "gan.py", exact=True)
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == ["RPM107", "RPM107"]
+    assert all("is not followed by `scaler.update()`" in d.message for d in result.diagnostics)
+
+
+def test_a_step_that_zeroes_the_other_network_keeps_that_on_the_main_thread():
+    """`scaler.step(opt_d)` directly followed by `netG.zero_grad()`: the zeroing is the
+    generator's (main-thread gradients), so it stays out of the discriminator's step."""
+    source = SHARED_SCALER.replace("        opt_g.zero_grad()\n", "        netG.zero_grad()\n")
+    text = migrate_source(source, "gan.py", exact=True).migrated
+    assert "            scaler.step(opt_d)\n            opt_d.zero_grad()\n        netD.step(" in text
+    assert "netD.step(_step_fn, is_async=False)\n        netG.zero_grad()\n" in text
