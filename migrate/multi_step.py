@@ -41,6 +41,7 @@ __all__ = [
     "keeps_zero_grad_in_place",
     "own_statements",
     "require_update_later",
+    "schedules",
     "several_models_message",
     "zero_models_in_place",
 ]
@@ -122,10 +123,21 @@ def _foreign(step: "StepBuilder", statement: cst.BaseStatement, optimizer: str, 
         return owner not in (optimizer, model)
     if kind == "scheduler" and isinstance(call, cst.Call):
         owner = call.func.value.value  # type: ignore[attr-defined]
-        built = step.rules._binding(owner, statement).value
-        if isinstance(built, cst.Call) and built.args and isinstance(built.args[0].value, cst.Name):
-            return built.args[0].value.value != optimizer
+        return not schedules(step, owner, statement, optimizer)
     return False
+
+
+def schedules(step: "StepBuilder", scheduler: str, at: cst.CSTNode, optimizer: str) -> bool:
+    """``scheduler`` (a name seen at ``at``) may drive ``optimizer``: False only when it is
+    built by a call whose first argument names another optimizer
+    (``StepLR(opt_g, ...)`` does not schedule ``opt_d``)."""
+    try:
+        built = step.rules._binding(scheduler, at).value
+    except Blocked:
+        return True
+    if isinstance(built, cst.Call) and built.args and isinstance(built.args[0].value, cst.Name):
+        return built.args[0].value.value == optimizer
+    return True
 
 
 def require_update_later(step: "StepBuilder", group: List[cst.BaseStatement], optimizer: str) -> None:

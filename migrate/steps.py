@@ -137,7 +137,11 @@ class StepBuilder:
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, self.model_outer, calls))
         for root, name, model_name, anchors in places:
-            for statement in optimizer_writes(self.facts, root, name, self._is_scheduler, skipped, trainers):
+
+            def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
+                return self._is_scheduler(owner, at) and multi_step.schedules(self, owner, at, name)
+
+            for statement in optimizer_writes(self.facts, root, name, its_scheduler, skipped, trainers):
                 if any(self._may_run_after(statement, anchor) for anchor in anchors):
                     self.rules.plan.synchronize_before.append((statement, model_name))
 
