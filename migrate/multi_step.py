@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, List, Optional, Set
 import libcst as cst
 
 from .plan import Blocked
-from .syntax import method_call, only_expression
+from .syntax import code, method_call, only_expression
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -42,6 +42,7 @@ __all__ = [
     "own_statements",
     "require_update_later",
     "schedules",
+    "unsupported_group",
     "several_models_message",
     "zero_models_in_place",
 ]
@@ -190,3 +191,26 @@ def several_models_message(optimizer: str, models: Set[str]) -> str:
         "RoundPipe model steps its own optimizer copies, so one optimizer cannot span two "
         "wrapped models; build one optimizer per model (or one module holding both) by hand"
     )
+
+
+def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds: List[Optional[str]]) -> Blocked:
+    """The refusal (RPM107) for a step group without exactly one ``scaler.step()``, or with
+    several ``scaler.update()`` calls, naming what the group holds or where it stopped."""
+    if kinds.count("step") > 1:
+        why = (
+            "several optimizers are stepped after one backward "
+            f"({kinds.count('step')} `{step.scaler}.step()` calls); one RoundPipe step "
+            "function serves one model's optimizer; not migrated"
+        )
+    elif kinds.count("update") > 1:
+        why = f"`{step.scaler}.update()` is called {kinds.count('update')} times in one step; not migrated"
+    else:
+        block = step.facts.parent(group[-1])
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        position = body.index(group[-1]) + 1 if group[-1] in body else len(body)
+        stop = body[position] if position < len(body) else None
+        where = f" (they stop at line {step.facts.line(stop)}: `{code(stop).strip().splitlines()[0]}`)" if stop else ""
+        why = (
+            f"no `{step.scaler}.step(optimizer)` among the optimizer statements after the backward{where}; not migrated"
+        )
+    return Blocked(group[0], "RPM107", why)

@@ -263,12 +263,7 @@ class StepBuilder:
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self._classify(s) for s in group]
         if kinds.count("step") != 1 or kinds.count("update") > 1:
-            raise Blocked(
-                group[0],
-                "RPM107",
-                "the step must call scaler.step() once and scaler.update() at most once "
-                "(several optimizers stepped together are not migrated)",
-            )
+            raise multi_step.unsupported_group(self, group, kinds)
         if "update" in kinds and kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])

@@ -382,3 +382,13 @@ def test_each_scheduler_waits_for_its_own_networks_step():
     assert (
         "        netD.synchronize()\n        schedD.step()\n        netG.synchronize()\n        schedG.step()\n" in text
     )
+
+
+def test_two_optimizers_stepped_after_one_backward_are_refused_by_name():
+    source = SHARED_SCALER.replace("        scaler.step(opt_d)\n", "").replace(
+        "        scaler.step(opt_g)\n", "        scaler.step(opt_g)\n        scaler.step(opt_d)\n"
+    )
+    result = migrate_source(source, "gan.py", exact=True)
+    assert result.migrated == source
+    messages = [d.message for d in result.diagnostics if d.code == "RPM107"]
+    assert any("several optimizers are stepped after one backward (2 `scaler.step()` calls)" in m for m in messages)

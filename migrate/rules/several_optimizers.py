@@ -69,6 +69,25 @@ _UPDATE_UNDER_A_CONDITION = _SHARED_SCALER.replace(
     "        if i % 2 == 0:\n            scaler.update()\n",
 )
 
+# One loss through an encoder and a decoder, both optimizers stepped after its one backward.
+_TWO_STEPS_AFTER_ONE_BACKWARD = """import torch
+
+
+def train(enc, dec, batches):
+    opt_e = torch.optim.Adam(enc.parameters(), lr=1e-3)
+    opt_d = torch.optim.Adam(dec.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    for x in batches:
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.mse_loss(dec(enc(x)), x)
+        scaler.scale(loss).backward()
+        scaler.step(opt_e)
+        scaler.step(opt_d)
+        scaler.update()
+        opt_e.zero_grad()
+        opt_d.zero_grad()
+"""
+
 _ALREADY_MIGRATED = """import roundpipe
 import torch
 
@@ -151,6 +170,7 @@ RULE = Rule(
         ),
         Example(_ONE_OPTIMIZER_TWO_MODELS, codes=("RPM108",)),
         Example(_UPDATE_UNDER_A_CONDITION, codes=("RPM107", "RPM107")),
+        Example(_TWO_STEPS_AFTER_ONE_BACKWARD, codes=("RPM107",)),
         Example(_ALREADY_MIGRATED),
     ),
 )
