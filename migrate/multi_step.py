@@ -29,9 +29,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional, Set
 
 import libcst as cst
+import libcst.matchers as m
 
 from .plan import Blocked
-from .syntax import code, method_call, only_expression
+from .syntax import code, only_expression
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -118,20 +119,28 @@ def own_statements(step: "StepBuilder", found: "StepGroup", optimizer: str, mode
 
 def _foreign(step: "StepBuilder", statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
     kind = step._classify(statement)
-    call = only_expression(statement)
-    if kind == "zero_grad" and isinstance(call, cst.Call):
-        owner = call.func.value.value  # type: ignore[attr-defined]
+    owner = _owner(statement)
+    if kind == "zero_grad":
         return owner not in (optimizer, model)
-    if kind == "scheduler" and isinstance(call, cst.Call):
-        owner = call.func.value.value  # type: ignore[attr-defined]
+    if kind == "scheduler" and owner is not None:
         return not schedules(step, owner, statement, optimizer)
     return False
+
+
+def _owner(statement: cst.BaseStatement) -> Optional[str]:
+    """``x`` (or ``self.x``, as written) of a line ``x.method(...)``."""
+    call = only_expression(statement)
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+        return code(call.func.value)
+    return None
 
 
 def schedules(step: "StepBuilder", scheduler: str, at: cst.CSTNode, optimizer: str) -> bool:
     """``scheduler`` (a name seen at ``at``) may drive ``optimizer``: False only when it is
     built by a call whose first argument names another optimizer
     (``StepLR(opt_g, ...)`` does not schedule ``opt_d``)."""
+    if not scheduler.isidentifier():
+        return True
     try:
         built = step.rules._binding(scheduler, at).value
     except Blocked:
@@ -153,7 +162,7 @@ def require_update_later(step: "StepBuilder", group: List[cst.BaseStatement], op
         body = list(block.body)
         for statement in body[body.index(anchor) + 1 :]:
             call = only_expression(statement)
-            if call is not None and method_call(call, step.scaler, "update"):
+            if _owner(statement) == step.scaler and m.matches(call, m.Call(func=m.Attribute(attr=m.Name("update")))):
                 return
         guard = facts.parent(block)
         if not isinstance(guard, cst.If) or guard.orelse is not None:
@@ -173,14 +182,22 @@ def zero_models_in_place(step: "StepBuilder", zero_grads: List[int], optimizer: 
     """The ``zero_grad()`` calls at these positions of the step's block stay where they are,
     on the model: ``optimizer.zero_grad(...)`` becomes ``model.zero_grad(...)`` (the
     optimizer is built on that model's parameters, whose gradients RoundPipe's backward
-    fills); the step function zeroes the optimizer copies after the step."""
+    fills); the step function zeroes the optimizer copies after the step. A call on
+    anything else is refused: left as it was, it would no longer zero the model."""
     for index in zero_grads:
-        call = only_expression(step.body[index])
-        if isinstance(call, cst.Call) and method_call(call, optimizer, "zero_grad"):
-            step.rules.plan.edits.replace_expression(
-                call.func.value,  # type: ignore[attr-defined]
-                lambda _: cst.Name(model),
+        statement = step.body[index]
+        owner = _owner(statement)
+        if owner == model:
+            continue
+        call = only_expression(statement)
+        if owner != optimizer or not isinstance(call, cst.Call):
+            raise Blocked(
+                statement, "RPM107", f"a zero_grad() of {owner!r} before the step of {optimizer!r}; not migrated"
             )
+        step.rules.plan.edits.replace_expression(
+            call.func.value,  # type: ignore[attr-defined]
+            lambda _: cst.parse_expression(model),
+        )
 
 
 def several_models_message(optimizer: str, models: Set[str]) -> str:
