@@ -32,13 +32,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from .plan import Blocked
-from .syntax import code, only_expression
+from .syntax import code, names_in, only_expression
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
 
 __all__ = [
     "check_fusable",
+    "feeds_later_backward",
     "keeps_zero_grad_in_place",
     "own_statements",
     "require_update_later",
@@ -73,11 +74,46 @@ def _exclusive(step: "StepBuilder", call: cst.Call) -> bool:
     return facts.within(call, common.body) != facts.within(step.backward, common.body)
 
 
+def feeds_later_backward(step: "StepBuilder") -> bool:
+    """The next statement of the block that uses the scaler after this backward is another
+    ``scaler.scale(loss).backward()`` of the same scaler (DCGAN's discriminator: one backward
+    on the real batch, one on the fakes, then one step): this backward only accumulates
+    gradients for the step after that one, and stays as written (autograd form). Planned:
+    nothing but the report line; the later backward's step is planned on its own."""
+    from .plain_path import _other_branch
+
+    if not step.autograd_form or _other_branch(step):
+        return False
+    later = next((s for s in step.body[step.index + 1 :] if step.anchor in names_in(s)), None)
+    scaled_backward = m.Call(
+        func=m.Attribute(
+            value=m.Call(func=m.Attribute(value=m.Name(step.scaler), attr=m.Name("scale"))), attr=m.Name("backward")
+        )
+    )
+    if later is None or not m.matches(only_expression(later) or cst.Pass(), scaled_backward):
+        return False
+    step.rules.plan.rewrites.append(
+        (
+            step.backward,
+            "autograd form: backward kept; its gradients are stepped with those of the next "
+            f"backward (line {step.facts.line(later)})",
+        )
+    )
+    return True
+
+
 def check_fusable(step: "StepBuilder") -> None:
     """Raise the reason (an unfusable code, see :data:`migrate.steps.UNFUSABLE`) why a step
     sharing its program with another backward keeps the autograd form."""
     if not step.autograd_form:
         return  # only the fused form exists for this kind of step (apex)
+    backward = only_expression(step.backward)
+    if isinstance(backward, cst.Call) and backward.args:  # retain_graph=...: see _plan_backward
+        raise Blocked(
+            step.backward,
+            "RPM106",
+            "the backward keeps its graph (retain_graph) for a later backward; it stays as written",
+        )
     other = other_backward(step)
     if other is not None:
         line = step.facts.line(other)

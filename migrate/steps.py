@@ -68,6 +68,8 @@ class StepBuilder:
 
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
+        if multi_step.feeds_later_backward(self):
+            return
         found = self._find_step_group()
         group = list(found.statements)
         optimizer = self._optimizer_of(group)

@@ -451,6 +451,8 @@ class TorchAmpRules:
                 access, "RPM106", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
             )
         for arg in backward_call.args:
+            if arg.keyword is not None and arg.keyword.value == "retain_graph":
+                continue  # kept as written: the step takes the autograd form (multi_step.check_fusable)
             if arg.keyword is not None and arg.keyword.value == "create_graph":
                 raise Blocked(
                     backward_call,

@@ -55,6 +55,17 @@ def train(gen, disc, batches, z_dim):
         scaler_g.update()
 """
 
+# pytorch/examples' DCGAN: the discriminator's loss back-propagated in two parts, one step.
+_TWO_BACKWARDS_ONE_STEP = _SHARED_SCALER.replace(
+    "            loss_d = criterion(netD(real), ones) + criterion(netD(fake.detach()), 1 - ones)\n"
+    "        scaler.scale(loss_d).backward()\n",
+    "            loss_real = criterion(netD(real), ones)\n"
+    "        scaler.scale(loss_real).backward()\n"
+    '        with torch.autocast("cuda"):\n'
+    "            loss_fake = criterion(netD(fake.detach()), 1 - ones)\n"
+    "        scaler.scale(loss_fake).backward(retain_graph=True)\n",
+)
+
 # The generator's optimizer also trains an encoder: no one RoundPipe model owns its parameters.
 _ONE_OPTIMIZER_TWO_MODELS = _SHARED_SCALER.replace(
     "    opt_g = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))\n",
@@ -133,9 +144,9 @@ RULE = Rule(
     patterns=(
         Pattern(
             "several networks, each with its own optimizer and backward (a GAN's discriminator step, then its generator step through the discriminator), with one scaler shared by the steps (`scaler.step(opt_d)` after the first backward, `scaler.step(opt_g)` and the one `scaler.update()` after the second) or one scaler each",
-            "each network wrapped in `roundpipe.RoundPipe`, its optimizer built on its `optim_parameters()`; every step in the autograd form (the backward may reach another network, so forwards and backwards stay as written) with its own `_step_fn` for that network's `model.step`; `scaler.update()` stays where it was, once; a `zero_grad()` before a backward stays in place on the model (`opt_d.zero_grad()` becomes `netD.zero_grad()`: it drops what the other backward left there) and `_step_fn` also zeroes the optimizer; an optimizer over several networks' parameters refuses the file (RPM108), as does a step without a later `scaler.update()` in its block (RPM107)",
+            "each network wrapped in `roundpipe.RoundPipe`, its optimizer built on its `optim_parameters()`; every step in the autograd form (the backward may reach another network, so forwards and backwards stay as written) with its own `_step_fn` for that network's `model.step`; `scaler.update()` stays where it was, once; a `zero_grad()` before a backward stays in place on the model (`opt_d.zero_grad()` becomes `netD.zero_grad()`: it drops what the other backward left there) and `_step_fn` also zeroes the optimizer; an optimizer over several networks' parameters refuses the file (RPM108), as does a step without a later `scaler.update()` in its block (RPM107); a backward whose next scaler use is another `scaler.scale(...).backward()` (DCGAN's discriminator loss back-propagated in two parts) stays as written and is stepped with it; `backward(retain_graph=True)` is kept, in the autograd form",
             "多个网络各有自己的优化器和反向（GAN 先更新判别器，再通过判别器更新生成器），多个步骤共用一个 scaler（第一次反向后 `scaler.step(opt_d)`，第二次反向后 `scaler.step(opt_g)` 和唯一的 `scaler.update()`），或每个网络一个 scaler",
-            "每个网络都用 `roundpipe.RoundPipe` 包装，其优化器基于各自的 `optim_parameters()` 构建；每个步骤都采用 autograd 形式（反向可能经过另一个网络，因此前向和反向保持原样），并有自己的 `_step_fn` 交给该网络的 `model.step`；`scaler.update()` 留在原处，只调用一次；反向之前的 `zero_grad()` 留在原处并作用于模型（`opt_d.zero_grad()` 变为 `netD.zero_grad()`：丢弃另一次反向留下的梯度），`_step_fn` 同时清零优化器；一个优化器覆盖多个网络的参数时拒绝迁移该文件（RPM108），某个步骤之后在同一代码块中没有 `scaler.update()` 时也拒绝（RPM107）",
+            "每个网络都用 `roundpipe.RoundPipe` 包装，其优化器基于各自的 `optim_parameters()` 构建；每个步骤都采用 autograd 形式（反向可能经过另一个网络，因此前向和反向保持原样），并有自己的 `_step_fn` 交给该网络的 `model.step`；`scaler.update()` 留在原处，只调用一次；反向之前的 `zero_grad()` 留在原处并作用于模型（`opt_d.zero_grad()` 变为 `netD.zero_grad()`：丢弃另一次反向留下的梯度），`_step_fn` 同时清零优化器；一个优化器覆盖多个网络的参数时拒绝迁移该文件（RPM108），某个步骤之后在同一代码块中没有 `scaler.update()` 时也拒绝（RPM107）；若某次反向之后对 scaler 的下一次使用是另一个 `scaler.scale(...).backward()`（DCGAN 的判别器损失分两部分反向传播），该反向保持原样，其梯度由下一次反向之后的步骤一并更新；`backward(retain_graph=True)` 保持原样，采用 autograd 形式",
         ),
     ),
     examples=(
@@ -166,6 +177,14 @@ RULE = Rule(
                 "        scaler_g.scale(loss_g).backward()\n        def _step_fn():\n"
                 "            scaler_g.step(opt_g)\n            opt_g.zero_grad(set_to_none=True)\n"
                 "        gen.step(_step_fn)\n        scaler_g.update()\n",
+            ),
+        ),
+        Example(
+            _TWO_BACKWARDS_ONE_STEP,
+            expect=(
+                "        scaler.scale(loss_real).backward()\n        with torch.autocast",
+                "        scaler.scale(loss_fake).backward(retain_graph=True)\n        def _step_fn():\n"
+                "            scaler.step(opt_d)\n            opt_d.zero_grad()\n        netD.step(_step_fn)\n",
             ),
         ),
         Example(_ONE_OPTIMIZER_TWO_MODELS, codes=("RPM108",)),
