@@ -456,3 +456,15 @@ def test_a_backward_feeding_the_next_ones_step_stays_as_written():
     assert "        scaler.scale(errD_fake).backward(retain_graph=True)\n" in text
     assert "            scaler.step(optimizerD)\n            optimizerD.zero_grad()\n        netD.step(" in text
     assert text.count(".step(_step_fn") == 2
+
+
+def test_default_migration_applies_each_iterations_inf_checks_one_iteration_late(tmp_path):
+    """Asynchronous steps: each update() waits for the previous iteration's two steps and
+    applies their combined inf checks (upstream RoundPipe's one-iteration lag), so the
+    printed scales are the original's, one iteration late; the skipped discriminator step
+    of iteration 3 backs the scale off once, in iteration 4."""
+    scale = re.compile(r" scale (\S+)$", re.M)
+    original = [float(s) for s in scale.findall(_run(SHARED_SCALER, tmp_path, "original.py"))]
+    default = migrate_source(SHARED_SCALER, "gan.py").migrated
+    lagged = [float(s) for s in scale.findall(_run(default, tmp_path, "default.py"))]
+    assert lagged == [1024.0] + original[:-1]
