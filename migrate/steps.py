@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from . import multi_step
+from . import joint_steps, multi_step
 from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_writes import optimizer_writes
@@ -71,6 +71,9 @@ class StepBuilder:
         if multi_step.feeds_later_backward(self):
             return
         found = self._find_step_group()
+        if joint_steps.steps_several(self, found):
+            joint_steps.plan_joint_steps(self, found)
+            return
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)

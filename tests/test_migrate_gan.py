@@ -324,7 +324,45 @@ if __name__ == "__main__":
     main()
 """
 
+# One loss through an encoder and a decoder, each with its own optimizer, both stepped
+# after the one backward (the encoder clipped); a scheduler on the decoder's optimizer.
+ONE_LOSS_TWO_NETWORKS = """import torch
+import torch.nn as nn
+
+
+def main():
+    torch.manual_seed(0)
+    enc = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    dec = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 8))
+    opt_enc = torch.optim.Adam(enc.parameters(), lr=3e-3)
+    opt_dec = torch.optim.SGD(dec.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt_dec, 2, 0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=2)
+    gen = torch.Generator().manual_seed(3)
+    for i in range(8):
+        x = torch.randn(16, 8, generator=gen)
+        opt_enc.zero_grad()
+        dec.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = nn.functional.mse_loss(dec(enc(x)).float(), x)
+        if i == 2:
+            loss = loss * float("inf")
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt_enc)
+        torch.nn.utils.clip_grad_norm_(enc.parameters(), 0.5)
+        scaler.step(opt_enc)
+        scaler.step(opt_dec)
+        scaler.update()
+        sched.step()
+        print(f"step {i} loss {loss.item()!r} scale {scaler.get_scale()!r}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 PROGRAMS = {
+    "one_loss_two_networks": ONE_LOSS_TWO_NETWORKS,
     "two_backwards_one_step": TWO_BACKWARDS_ONE_STEP,
     "shared_scaler": SHARED_SCALER,
     "two_scalers": TWO_SCALERS,
@@ -440,14 +478,29 @@ def test_each_scheduler_waits_for_its_own_networks_step():
     )
 
 
-def test_two_optimizers_stepped_after_one_backward_are_refused_by_name():
+def test_both_steps_after_the_generators_backward_get_a_step_function_each(tmp_path):
+    """The discriminator's backward feeds the step after the generator's: both optimizers
+    are stepped there, each on its own network's ``model.step``."""
     source = SHARED_SCALER.replace("        scaler.step(opt_d)\n", "").replace(
         "        scaler.step(opt_g)\n", "        scaler.step(opt_g)\n        scaler.step(opt_d)\n"
     )
     result = migrate_source(source, "gan.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert "            scaler.step(opt_g)\n            opt_g.zero_grad()\n        netG.step(" in result.migrated
+    assert "            scaler.step(opt_d)\n            opt_d.zero_grad()\n        netD.step(" in result.migrated
+    assert _run(result.migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+
+
+def test_clipping_over_both_networks_after_one_backward_is_refused():
+    source = ONE_LOSS_TWO_NETWORKS.replace(
+        "        torch.nn.utils.clip_grad_norm_(enc.parameters(), 0.5)\n",
+        "        scaler.unscale_(opt_dec)\n"
+        "        torch.nn.utils.clip_grad_norm_([*enc.parameters(), *dec.parameters()], 0.5)\n",
+    )
+    result = migrate_source(source, "ae.py", exact=True)
     assert result.migrated == source
-    messages = [d.message for d in result.diagnostics if d.code == "RPM107"]
-    assert any("several optimizers are stepped after one backward (2 `scaler.step()` calls)" in m for m in messages)
+    assert [d.code for d in result.diagnostics] == ["RPM107"]
+    assert "cannot be given to exactly one of the optimizers opt_enc, opt_dec" in result.diagnostics[0].message
 
 
 def test_a_backward_feeding_the_next_ones_step_stays_as_written():

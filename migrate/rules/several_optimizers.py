@@ -99,6 +99,14 @@ def train(enc, dec, batches):
         opt_d.zero_grad()
 """
 
+# One norm clipped over both networks: the clipping cannot be split between two steps.
+_CLIPPED_TOGETHER = _TWO_STEPS_AFTER_ONE_BACKWARD.replace(
+    "        scaler.step(opt_e)\n",
+    "        scaler.unscale_(opt_e)\n        scaler.unscale_(opt_d)\n"
+    "        torch.nn.utils.clip_grad_norm_([*enc.parameters(), *dec.parameters()], 1.0)\n"
+    "        scaler.step(opt_e)\n",
+)
+
 _ALREADY_MIGRATED = """import roundpipe
 import torch
 
@@ -140,13 +148,19 @@ RULE = Rule(
     description="GANs and other programs stepping several networks, with one scaler shared by "
     "their steps or one scaler each",
     codes=("RPM107", "RPM108"),
-    implemented_in=("multi_step.py", "steps.py"),
+    implemented_in=("multi_step.py", "joint_steps.py", "steps.py"),
     patterns=(
         Pattern(
             "several networks, each with its own optimizer and backward (a GAN's discriminator step, then its generator step through the discriminator), with one scaler shared by the steps (`scaler.step(opt_d)` after the first backward, `scaler.step(opt_g)` and the one `scaler.update()` after the second) or one scaler each",
             "each network wrapped in `roundpipe.RoundPipe`, its optimizer built on its `optim_parameters()`; every step in the autograd form (the backward may reach another network, so forwards and backwards stay as written) with its own `_step_fn` for that network's `model.step`; `scaler.update()` stays where it was, once; a `zero_grad()` before a backward stays in place on the model (`opt_d.zero_grad()` becomes `netD.zero_grad()`: it drops what the other backward left there) and `_step_fn` also zeroes the optimizer; an optimizer over several networks' parameters refuses the file (RPM108), as does a step without a later `scaler.update()` in its block (RPM107); a backward whose next scaler use is another `scaler.scale(...).backward()` (DCGAN's discriminator loss back-propagated in two parts) stays as written and is stepped with it; `backward(retain_graph=True)` is kept, in the autograd form",
             "多个网络各有自己的优化器和反向（GAN 先更新判别器，再通过判别器更新生成器），多个步骤共用一个 scaler（第一次反向后 `scaler.step(opt_d)`，第二次反向后 `scaler.step(opt_g)` 和唯一的 `scaler.update()`），或每个网络一个 scaler",
             "每个网络都用 `roundpipe.RoundPipe` 包装，其优化器基于各自的 `optim_parameters()` 构建；每个步骤都采用 autograd 形式（反向可能经过另一个网络，因此前向和反向保持原样），并有自己的 `_step_fn` 交给该网络的 `model.step`；`scaler.update()` 留在原处，只调用一次；反向之前的 `zero_grad()` 留在原处并作用于模型（`opt_d.zero_grad()` 变为 `netD.zero_grad()`：丢弃另一次反向留下的梯度），`_step_fn` 同时清零优化器；一个优化器覆盖多个网络的参数时拒绝迁移该文件（RPM108），某个步骤之后在同一代码块中没有 `scaler.update()` 时也拒绝（RPM107）；若某次反向之后对 scaler 的下一次使用是另一个 `scaler.scale(...).backward()`（DCGAN 的判别器损失分两部分反向传播），该反向保持原样，其梯度由下一次反向之后的步骤一并更新；`backward(retain_graph=True)` 保持原样，采用 autograd 形式",
+        ),
+        Pattern(
+            "several optimizers stepped after one backward (one loss through an encoder and a decoder: `scaler.step(opt_enc); scaler.step(opt_dec); scaler.update()`), each optimizer on its own network",
+            "each network wrapped, and the step group cut into one contiguous segment per optimizer (its unscale, clipping, step, zeroing, scheduler statements), each the `_step_fn` of that network's `model.step`, in the original order; `scaler.update()` after the last; a later statement of an earlier optimizer stays on the main thread (after `model.synchronize()` in the asynchronous form); a statement naming several of the networks (one clipping norm over both) refuses the step (RPM107)",
+            "一次反向之后更新多个优化器（一个损失经过编码器和解码器：`scaler.step(opt_enc); scaler.step(opt_dec); scaler.update()`），每个优化器对应自己的网络",
+            "每个网络都被包装，步骤语句按优化器切分为连续的片段（各自的 unscale、裁剪、step、清零、调度器语句），每段成为该网络 `model.step` 的 `_step_fn`，保持原有顺序；`scaler.update()` 放在最后一个之后；较早优化器的语句若出现在后面，则留在主线程（异步形式下在 `model.synchronize()` 之后）；同时涉及多个网络的语句（对两个网络一起裁剪范数）会拒绝迁移该步骤（RPM107）",
         ),
     ),
     examples=(
@@ -189,7 +203,16 @@ RULE = Rule(
         ),
         Example(_ONE_OPTIMIZER_TWO_MODELS, codes=("RPM108",)),
         Example(_UPDATE_UNDER_A_CONDITION, codes=("RPM107", "RPM107")),
-        Example(_TWO_STEPS_AFTER_ONE_BACKWARD, codes=("RPM107",)),
+        Example(
+            _TWO_STEPS_AFTER_ONE_BACKWARD,
+            expect=(
+                "        def _step_fn():\n            scaler.step(opt_e)\n        enc.step(_step_fn)\n"
+                "        def _step_fn_2():\n            scaler.step(opt_d)\n        dec.step(_step_fn_2)\n"
+                "        scaler.update()\n        enc.synchronize()\n        opt_e.zero_grad()\n"
+                "        dec.synchronize()\n        opt_d.zero_grad()\n",
+            ),
+        ),
+        Example(_CLIPPED_TOGETHER, codes=("RPM107",)),
         Example(_ALREADY_MIGRATED),
     ),
 )
