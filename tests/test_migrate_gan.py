@@ -402,7 +402,16 @@ def test_shared_scaler_gets_one_step_function_per_network_and_one_update():
     assert migrate_source(text, "gan.py", exact=True).migrated == text  # idempotent
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def _cases(fast):
+    """Every program, the ones not in ``fast`` marked slow."""
+    return [pytest.param(name, marks=() if name in fast else pytest.mark.slow) for name in sorted(PROGRAMS)]
+
+
+FAST_EXACT = {"shared_scaler", "two_scalers", "one_loss_two_networks", "two_backwards_one_step"}
+FAST_DEFAULT = {"shared_scaler", "two_scalers"}
+
+
+@pytest.mark.parametrize("name", _cases(FAST_EXACT))
 def test_exact_migration_prints_the_originals_numbers(name, tmp_path):
     source = PROGRAMS[name]
     original = _run(source, tmp_path, "original.py")
@@ -420,7 +429,7 @@ def test_shared_scale_backs_off_once_for_the_skipped_discriminator_step(tmp_path
     assert scales[2] * 0.5 == scales[3] == scales[4] < scales[5]
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name", _cases(FAST_DEFAULT))
 def test_default_migration_runs_as_many_steps(name, tmp_path):
     source = PROGRAMS[name]
     default = migrate_source(source, f"{name}.py")
