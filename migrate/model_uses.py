@@ -35,7 +35,7 @@ class ModelUses:
     def __init__(self, rules: "TorchAmpRules") -> None:
         self.rules = rules
         self.facts = rules.facts
-        self._synced: Set[Tuple[int, int]] = set()  # (block, index) already given a sync
+        self._synced: Set[Tuple[int, int, str]] = set()  # (block, index, model) already given a sync
         self._called_with_grad: Dict[cst.CSTNode, Dict[str, cst.Call]] = {}  # function -> attribute model -> call
 
     def plan(self) -> None:
@@ -236,13 +236,13 @@ class ModelUses:
             return
         body = list(block.body)
         index = body.index(statement)
-        earlier = [i for b, i in self._synced if b == id(block) and i <= index]
+        earlier = [i for b, i, model in self._synced if b == id(block) and i <= index and model == name]
         if earlier and not any(self._trains(s) for s in body[max(earlier) : index]):
             return  # already synchronized in this block, and no training since
         previous = only_expression(body[index - 1]) if index > 0 else None
         if previous is not None and method_call(previous, name, "synchronize"):
             return
-        self._synced.add((id(block), index))
+        self._synced.add((id(block), index, name))
         self.rules.plan.edits.insert_before(block, index, [cst.parse_statement(f"{name}.synchronize()\n")])
         self.rules.plan.rewrites.append((statement, f"{name}.synchronize() {why}"))
 

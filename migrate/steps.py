@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
+from . import joint_steps, multi_step
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
@@ -81,13 +82,21 @@ class StepBuilder:
 
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
+        if multi_step.feeds_later_backward(self):
+            return
         found = self._find_step_group()
         refuse_step_chosen_by_a_measure(self, found)
+        if joint_steps.steps_several(self, found):
+            joint_steps.plan_joint_steps(self, found)
+            return
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
         model = self._model_for(optimizer)
+        found = multi_step.own_statements(self, found, optimizer, model)
+        group = list(found.statements)
         self.trained = (optimizer, model)
         try:
+            multi_step.check_fusable(self)
             region = self._forward_region(model, optimizer)
             forward = self._plan_forward(region, model)
         except Blocked as unfused:
@@ -152,7 +161,11 @@ class StepBuilder:
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, model_outer, calls))
         for root, name, model_name, anchors in places:
-            for statement in optimizer_writes(self.facts, root, name, self._is_scheduler, skipped, trainers):
+
+            def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
+                return self._is_scheduler(owner, at) and multi_step.schedules(self, owner, at, name)
+
+            for statement in optimizer_writes(self.facts, root, name, its_scheduler, skipped, trainers):
                 if anchors is None or any(self._may_run_after(statement, anchor) for anchor in anchors):
                     self.rules.plan.synchronize_before.append((statement, model_name))
 
@@ -297,13 +310,9 @@ class StepBuilder:
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self._classify(s) for s in group]
-        if kinds.count("step") != 1 or kinds.count("update") != 1:
-            raise Blocked(
-                group[0],
-                "RPM107",
-                "the step must call scaler.step() and scaler.update() once each (several optimizers are not migrated)",
-            )
-        if kinds.index("update") < kinds.index("step"):
+        if kinds.count("step") != 1 or kinds.count("update") > 1:
+            raise multi_step.unsupported_group(self, group, kinds)
+        if "update" in kinds and kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])
         optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
@@ -313,6 +322,8 @@ class StepBuilder:
                 "RPM102" if len(step_call.args) > 1 else "RPM106",
                 "scaler.step() with extra arguments (e.g. a closure) is not migrated",
             )
+        if "update" not in kinds:  # one of several steps sharing the scaler (a GAN)
+            multi_step.require_update_later(self, group, optimizer)
         for statement, kind in self._with_kinds(group):
             call = only_expression(statement)
             if kind == "unscale" and dotted(call.args[0].value if call.args else None) != optimizer:
@@ -360,6 +371,9 @@ class StepBuilder:
             if calls_method(call, "parameters") and not call.args and self.rules.reference(call.func.value)
         ]
         owners = {self.rules.reference(call.func.value) for call in parameter_calls}
+        if len(owners) > 1:
+            optimizer = built.name or code(built.value)
+            raise Blocked(built.value, "RPM108", multi_step.several_models_message(optimizer, owners))
         if not owners:  # `create_optimizer(model, cfg)`: a helper groups the parameters
             found = helper_model(self, built)
             if found is not None:
@@ -894,8 +908,11 @@ class StepBuilder:
 
         plan.edits.replace_range(found.block, found.start, found.end, build)
         self.rules.plan.step_statements.update(self.body[index] for index in zero_grads)
-        for index in zero_grads:
-            plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
+        if multi_step.keeps_zero_grad_in_place(self):
+            multi_step.zero_models_in_place(self, zero_grads, optimizer, model)
+        else:
+            for index in zero_grads:
+                plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
         self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))
         plan.rewrites.append((group[0], self.step_rewrite))
         if escaping.names:
@@ -934,6 +951,8 @@ class StepBuilder:
 
     def _step_body(self, updated, kinds, optimizer: str):
         """(statements for the step function, the update statement) from the step group."""
+        if "update" not in kinds:  # the shared scaler's update comes after a later step
+            return list(updated), None
         update_index = kinds.index("update")
         inside = [s for i, s in enumerate(updated) if i != update_index]
         return inside, self._update_statement(updated[update_index])

@@ -336,7 +336,7 @@ class TorchAmpRules:
             if isinstance(parent, cst.Attribute) and parent.value is access:
                 method = parent.attr.value
                 if method == "scale":
-                    self._plan_backward(access, name)
+                    self._collect(self._plan_backward, access, name)  # each step: its own blocker
                 elif method in ("unscale_", "step", "update"):
                     self._step_method_uses.append(access)
                 elif method in (
@@ -559,6 +559,8 @@ class TorchAmpRules:
                 access, "RPM106", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
             )
         for arg in backward_call.args:
+            if arg.keyword is not None and arg.keyword.value == "retain_graph":
+                continue  # kept as written: the step takes the autograd form (multi_step.check_fusable)
             if arg.keyword is not None and arg.keyword.value == "create_graph":
                 raise Blocked(
                     backward_call,
