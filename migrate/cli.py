@@ -364,19 +364,21 @@ def migrate_all(
         results[task.path] = FileResult(
             task.path, task.text, migrated, outcome.rewrites, outcome.diagnostics, outcome.wrapped_models
         )
-    _reconcile([task for task in tasks if task.look], results)
+    _reconcile([task for task in tasks if task.look], results, exact)
     for job, item in zip(jobs, loaded):
         yield (item, results[job.path]) if isinstance(item, Source) else (None, item)
 
 
-def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult]) -> None:
+def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult], exact: bool) -> None:
     """The project rules over the files the engine saw (a single file has no neighbours)."""
     if len(looked_at) < 2:
         return
     from .project import project_view, reconcile
 
     files = project_view({task.path: task.text for task in looked_at})
-    reconcile(files, {path: results[path] for path in files})
+    reconciled = {path: results[path] for path in files}
+    reconcile(files, reconciled, exact)
+    results.update(reconciled)
 
 
 def _lost_in_a_worker(task: Task) -> Outcome:

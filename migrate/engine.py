@@ -11,7 +11,7 @@ saying why. It never imports torch.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -23,6 +23,7 @@ from .model_uses import ModelUses
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .prefilter import might_use_amp
+from .scaler_wrapper import WrapperContext
 from .torch_amp import plan_torch_amp
 
 __all__ = ["migrate_source"]
@@ -35,7 +36,13 @@ _MICROBATCH_NOTE = "  # roundpipe-migrate: microbatches per batch; mean losses a
 SCALER_USE = re.compile(r"\.scale\(|\.unscale_\(|\bloss_scaler\b")
 
 
-def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, force: bool = False) -> FileResult:
+def migrate_source(
+    source: str,
+    path: str = "<stdin>",
+    exact: bool = False,
+    force: bool = False,
+    wrappers: Optional[WrapperContext] = None,
+) -> FileResult:
     """Return the migrated text of ``source`` with what was rewritten and what was not.
 
     Args:
@@ -45,6 +52,8 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
             migrated script reproduces the original's numbers.
         force: analyse the file even when its text has no AMP marker (a project file that
             other given files import).
+        wrappers: what the other files of the project say about the loss-scaler wrapper
+            classes this file defines, builds or calls (see :mod:`migrate.scaler_wrapper`).
     """
     result = FileResult(path=path, original=source, migrated=source)
     if not (force or might_use_amp(source) or SCALER_USE.search(source)):
@@ -59,7 +68,7 @@ def migrate_source(source: str, path: str = "<stdin>", exact: bool = False, forc
     facts = ModuleFacts(wrapper)
     notes: List[Tuple[cst.CSTNode, str]] = []
     try:
-        plan, rules = plan_torch_amp(facts, exact)
+        plan, rules = plan_torch_amp(facts, exact, wrappers)
         try:
             notes = plan_apex(facts, exact, plan) if "apex" in source else []
             if not plan.blocked:

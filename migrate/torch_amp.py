@@ -33,6 +33,7 @@ from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
+from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 
@@ -44,9 +45,10 @@ T = TypeVar("T")
 class TorchAmpRules:
     """Finds GradScalers and their training steps in one module and plans the rewrite."""
 
-    def __init__(self, facts: ModuleFacts, exact: bool) -> None:
+    def __init__(self, facts: ModuleFacts, exact: bool, wrappers: Optional[WrapperContext] = None) -> None:
         self.facts = facts
         self.exact = exact
+        self.wrappers = wrappers or WrapperContext()
         self.plan = Plan(taken_names=set(facts.all_names))
         self._step_method_uses: List[cst.Name] = []
         self._rewritten_constructors: Set[cst.Call] = set()
@@ -56,8 +58,11 @@ class TorchAmpRules:
     def run(self) -> Plan:
         """Plan every scaler's steps; every independent blocker is kept in ``plan.blocked``
         (checks that would only repeat an earlier blocker's consequences are skipped)."""
+        wrappers = ScalerWrappers(self, self.wrappers)
+        self._collect(wrappers.run)  # loss-scaler wrapper classes own their scalers
         for call, statement in self._collect(self._find_scalers) or []:
-            self._collect(self._plan_scaler, call, statement)
+            if call not in wrappers.claimed:
+                self._collect(self._plan_scaler, call, statement)
         self._collect(self._reject_untracked_backwards)
         if self.plan.blocked:
             return self.plan
@@ -96,6 +101,8 @@ class TorchAmpRules:
         )
         already = {self.facts.statement_of(b.node) for b in self.plan.blocked}  # reported there
         for call in self.facts.backward_calls:
+            if self.facts.statement_of(call) in self.plan.backward_statements:
+                continue
             if self._scaled_on_an_object(call):
                 self.plan.blocked.append(
                     Blocked(
@@ -489,7 +496,10 @@ def _tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
     return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access
 
 
-def plan_torch_amp(facts: ModuleFacts, exact: bool) -> Tuple[Plan, TorchAmpRules]:
-    """Plan the rewrite of every torch GradScaler training step in the module."""
-    rules = TorchAmpRules(facts, exact)
+def plan_torch_amp(
+    facts: ModuleFacts, exact: bool, wrappers: Optional[WrapperContext] = None
+) -> Tuple[Plan, TorchAmpRules]:
+    """Plan the rewrite of every torch GradScaler training step in the module (``wrappers``:
+    what the other files of the project say about its loss-scaler wrapper classes)."""
+    rules = TorchAmpRules(facts, exact, wrappers)
     return rules.run(), rules

@@ -187,11 +187,7 @@ def test_hand_migrated_target_prints_the_originals_numbers(name, tmp_path):
 
 
 # Targets the tool does not yet recognise as already migrated.
-TARGETS_REPORTED: Dict[str, str] = {
-    "loss_scaler_wrapper": "the tool reports RPM104 on `self._scaler.scale(loss).backward()` "
-    "inside the RoundPipe-aware wrapper class (a scaler held in an attribute); the wrapper "
-    "shape of issue 10 should recognise it",
-}
+TARGETS_REPORTED: Dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", _sweep(TARGETS, known_wrong=TARGETS_REPORTED))
