@@ -56,6 +56,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Scope
 
+from .optimizer_writes import optimizer_writes
+from .plain_path import PlainStepBuilder, _other_branch
 from .plan import Binding, Blocked
 from .steps import plan_model_wrap
 from .syntax import code, only_expression
@@ -500,19 +502,35 @@ class ScalerWrappers:
 
     def _plan_instance_call(self, call: cst.Call) -> None:
         """``loss_scaler(loss, optimizer, ..., parameters=model.parameters())``: the
-        parameters become the optimizer copies (``model.optim_parameters()``)."""
-        if len([a for a in call.args if a.keyword is None]) > 2 or any(a.star for a in call.args):
+        parameters become the optimizer copies (``model.optim_parameters()``); in the
+        asynchronous form, main-thread writes of the optimizer's state around the call wait
+        for the step first; a plain ``loss.backward()`` path beside the call steps through
+        RoundPipe too."""
+        positional = [a for a in call.args if a.keyword is None]
+        if len(positional) > 2 or any(a.star for a in call.args):
             raise Blocked(
                 call,
                 "RPM111",
                 "the loss-scaler wrapper is called with more than (loss, optimizer) by position; "
                 "pass the other arguments by keyword; not migrated",
             )
+        model = self._parameters_on_copies(call)
+        optimizer = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "optimizer"), None)
+        optimizer = positional[1].value if len(positional) == 2 else optimizer
+        if model is None or not isinstance(optimizer, cst.Name):
+            return
+        site = self._plan_plain_path(call, optimizer.value, model)
+        if not self.rules.exact:
+            self._order_optimizer_writes(site, optimizer.value, model)
+
+    def _parameters_on_copies(self, call: cst.Call) -> Optional[str]:
+        """Rewrite ``parameters=model.parameters()`` to ``model.optim_parameters()``; the
+        model's name (None without a ``parameters`` argument)."""
         value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "parameters"), None)
         if value is None:
-            return
+            return None
         if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("optim_parameters")), args=[])):
-            return
+            return value.func.value.value  # type: ignore[attr-defined]
         if not m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])):
             raise Blocked(
                 value,
@@ -527,10 +545,51 @@ class ScalerWrappers:
         )
         scope = self.facts.scope(owner)
         if scope is not None and any(isinstance(a.node, cst.Param) for a in scope[owner.value]):
-            function = self.facts.function_of(scope)
-            if function is not None:
-                self.plan.wrapped_models.append((scope, owner.value, 0))
+            self.plan.wrapped_models.append((scope, owner.value, 0))
         self.plan.rewrites.append((call, "loss-scaler wrapper call: parameters -> model.optim_parameters()"))
+        return owner.value
+
+    def _order_optimizer_writes(self, site: cst.BaseStatement, optimizer: str, model: str) -> None:
+        """Writes of ``optimizer``'s state in the calling function (``zero_grad()``, lr
+        loops, scheduler steps) would race with the wrapper's asynchronous step: the step is
+        waited for right after the ``site`` (the call, or the two-path ``if`` holding it),
+        when the backward is done, never between a forward and its backward."""
+        root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
+        skipped = {site}
+        if not optimizer_writes(self.facts, root, optimizer, _named_scheduler, skipped, set()):
+            return
+        block = self.facts.parent(site)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            raise Blocked(site, "RPM111", "the loss-scaler wrapper call is not a statement of a block")
+        index = list(block.body).index(site)
+        self.plan.edits.insert_before(block, index + 1, [cst.parse_statement(f"{model}.synchronize()\n")])
+        self.plan.rewrites.append(
+            (
+                site,
+                f"{model}.synchronize() after the wrapper's step: the optimizer's state is written on the main thread",
+            )
+        )
+
+    def _plan_plain_path(self, call: cst.Call, optimizer: str, model: str) -> cst.BaseStatement:
+        """``if loss_scaler is not None: loss_scaler(...) else: loss.backward(); ...;
+        optimizer.step()``: the plain branch takes the autograd form as well. Returns the
+        statement that steps: the ``if``, or the call's own line."""
+        statement = self.facts.statement_of(call)
+        block = self.facts.parent(statement)
+        step = _WrapperStep(self.rules, self.facts, block, code(call.func), (optimizer, model), None, model)
+        others = _other_branch(step)  # type: ignore[arg-type]
+        backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
+        if len(backwards) > 1:
+            raise Blocked(
+                backwards[1], "RPM106", "the plain path beside the loss-scaler wrapper runs several backwards"
+            )
+        if not backwards:
+            return statement
+        backward = only_expression(backwards[0])
+        assert isinstance(backward, cst.Call) and isinstance(backward.func, cst.Attribute)
+        _PlainPathBesideWrapper(self.rules, backwards[0], backward.func.value, step).plan()  # type: ignore[arg-type]
+        owner = self.facts.parent(block)
+        return self.facts.parent(owner) if isinstance(owner, cst.Else) else owner  # type: ignore[return-value]
 
     def _local_parameter(self, arg: cst.Arg) -> Optional[Tuple[Scope, str]]:
         call = self.facts.parent(arg)
@@ -573,6 +632,40 @@ class ScalerWrappers:
                 self.plan.rewrites.append(
                     (call, f"{model} -> {model}.model: {code(call.func)}() is {_CHECKPOINT_NOTE}")
                 )
+
+
+@dataclass(frozen=True)
+class _WrapperStep:
+    """A wrapper call seen as the AMP step of a two-path step: what the plain path's rule
+    reads of the step beside it."""
+
+    rules: "TorchAmpRules"
+    facts: object
+    block: cst.CSTNode
+    scaler: str
+    trained: Tuple[str, str]  # (optimizer, model)
+    built: Optional[Binding]
+    model_outer: str
+
+
+#: ``loss.backward()``, possibly with ``create_graph=<name>`` (kept as written, as the
+#: wrapper keeps it).
+_PLAIN_BACKWARD = m.Call(
+    func=m.Attribute(value=m.Name(), attr=m.Name("backward")),
+    args=m.OneOf([], [m.Arg(keyword=m.Name("create_graph"), value=m.Name())]),
+)
+
+
+class _PlainPathBesideWrapper(PlainStepBuilder):
+    """The plain path of a two-path step whose AMP path is a wrapper call; the wrapper rule
+    orders the main-thread optimizer writes for both paths (after the whole ``if``)."""
+
+    def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
+        return None
+
+
+def _named_scheduler(name: str, at: cst.CSTNode) -> bool:
+    return "sched" in name.lower()
 
 
 def _first_statement(function: cst.FunctionDef) -> Optional[cst.BaseStatement]:
