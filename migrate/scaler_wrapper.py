@@ -109,7 +109,7 @@ class WrapperClass:
 
     node: cst.ClassDef
     scaler: str
-    constructor: cst.Call
+    constructors: Tuple[cst.Call, ...]  # one, or the branches of a try/except fallback
     init: cst.FunctionDef
     call: cst.FunctionDef
     backward: cst.SimpleStatementLine
@@ -157,26 +157,24 @@ class ScalerWrappers:
         stored = [(a, c) for a, c in self._stored_scalers(node) if c is not None]
         if call is None or not stored:
             return None
-        if any(self.facts.qualified(c.func) & {"roundpipe.GradScaler"} for _, c in stored):
-            self._claim_migrated(call)
+        migrated = any("roundpipe.GradScaler" in self.facts.qualified(c.func) for _, c in stored)
+        if not migrated and not any(self.facts.scaler_kind(c) is not None for _, c in stored):
             return None
-        if not any(self.facts.scaler_kind(c) is not None for _, c in stored):
+        self._claim_backwards(node)
+        if migrated:
             return None
         self.claimed.update(c for _, c in stored)
-        first = _first_statement(call)
-        if first is not None:  # reported as the wrapper's, not as a scaler held on an object
-            self.plan.backward_statements.add(first)
         attributes = {a for a, _ in stored}
         init = methods.get("__init__")
-        if len(stored) != 1 or init is None or not self.facts.within(stored[0][1], init):
+        if len(attributes) != 1 or init is None or not all(self.facts.within(c, init) for _, c in stored):
             raise Blocked(
                 stored[0][1],
                 "RPM111",
-                f"loss-scaler wrapper {node.name.value}: its GradScaler must be built once, in __init__, "
-                f"as `self.<name> = GradScaler(...)`; not migrated",
+                f"loss-scaler wrapper {node.name.value}: its GradScaler must be built in __init__, "
+                f"as `self.<name> = GradScaler(...)` (a try/except fallback may build it twice); not migrated",
             )
         scaler = attributes.pop()
-        wrapper = self._recognise_call(node, scaler, stored[0][1], init, call)
+        wrapper = self._recognise_call(node, scaler, tuple(c for _, c in stored), init, call)
         self._check_other_methods(node, scaler, wrapper)
         return wrapper
 
@@ -198,14 +196,21 @@ class ScalerWrappers:
                 found.append((assign.targets[0].target.attr.value, value))  # type: ignore[attr-defined]
         return found
 
-    def _claim_migrated(self, call: cst.FunctionDef) -> None:
-        """A wrapper already in RoundPipe form: its backward is a recognised one."""
-        first = _first_statement(call)
-        if first is not None:
-            self.plan.backward_statements.add(first)
+    def _claim_backwards(self, node: cst.ClassDef) -> None:
+        """The backwards of a wrapper class are the wrapper's: recognised when it is already
+        in RoundPipe form or migrated, reported as the wrapper's (RPM111) when refused, never
+        as a scaler held on an object."""
+        for call in self.facts.backward_calls:
+            if self.facts.within(call, node):
+                self.plan.backward_statements.add(self.facts.statement_of(call))
 
     def _recognise_call(
-        self, node: cst.ClassDef, scaler: str, constructor: cst.Call, init: cst.FunctionDef, call: cst.FunctionDef
+        self,
+        node: cst.ClassDef,
+        scaler: str,
+        constructors: Tuple[cst.Call, ...],
+        init: cst.FunctionDef,
+        call: cst.FunctionDef,
     ) -> WrapperClass:
         name = node.name.value
 
@@ -246,7 +251,7 @@ class ScalerWrappers:
         moved = body[start:update]
         self._check_moved(moved, scaler, optimizer, refuse, update_line)
         self._check_outside(call, scaler, backward, block, start, update, refuse)
-        wrapper = WrapperClass(node, scaler, constructor, init, call, backward, block, start, update)
+        wrapper = WrapperClass(node, scaler, constructors, init, call, backward, block, start, update)
         wrapper.returned = self._names_read_after(call, moved)
         wrapper.unbound = wrapper.returned - self._bound(call, outside=moved)
         return wrapper
@@ -309,9 +314,9 @@ class ScalerWrappers:
 
     def _check_other_methods(self, node: cst.ClassDef, scaler: str, wrapper: WrapperClass) -> None:
         for attribute in m.findall(node, m.Attribute(value=m.Name("self"), attr=m.Name(scaler))):
-            if self.facts.within(attribute, wrapper.call) or self.facts.within(attribute, wrapper.constructor):
-                continue
-            if self.facts.within(attribute, self.facts.statement_of(wrapper.constructor)):
+            if self.facts.within(attribute, wrapper.call) or any(
+                self.facts.within(attribute, self.facts.statement_of(c)) for c in wrapper.constructors
+            ):
                 continue
             parent = self.facts.parent(attribute)
             if not (isinstance(parent, cst.Attribute) and parent.attr.value in _STATE_METHODS):
@@ -347,8 +352,8 @@ class ScalerWrappers:
     # ------------------------------------------------------------ emit: the class
     def _plan_class(self, wrapper: WrapperClass) -> None:
         edits = self.plan.edits
-        kind = self.facts.scaler_kind(wrapper.constructor)
-        self.rules._rewrite_constructor(wrapper.constructor, kind)
+        for constructor in wrapper.constructors:
+            self.rules._rewrite_constructor(constructor, self.facts.scaler_kind(constructor))
         taken = {a.attr.value for a in m.findall(wrapper.node, m.Attribute(value=m.Name("self"), attr=m.Name()))}  # type: ignore[attr-defined]
         model = "_model" if "_model" not in taken else "_roundpipe_model"
         init_params = wrapper.init.params
@@ -365,7 +370,6 @@ class ScalerWrappers:
         edits.insert_before(init_body, first, [cst.parse_statement(f"self.{model} = model\n")])
         moved = list(wrapper.block.body)[wrapper.start : wrapper.update]
         self.plan.step_statements.update(n for s in moved for n in self.facts.subtree(s, cst.BaseStatement))
-        self.plan.backward_statements.add(wrapper.backward)
         step_fn = self.plan.fresh("_step_fn")
         waits = self.rules.exact or bool(wrapper.returned)
         returned = sorted(wrapper.returned)
