@@ -123,7 +123,7 @@ _CODES: Tuple[Code, ...] = (
         "given file that is not migrated (an optimizer-like wrapper with `backward`/`step` methods)",
         "the wrapper and every file that builds or calls it change together, or none of them",
         "`loss_scaler(loss, optimizer, parameters=model.parameters())`",
-        "bring the wrapper to the shape in docs/migrate.md (\"Loss-scaler wrappers\"), or migrate by hand",
+        'bring the wrapper to the shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',
     ),
     Code(
         "RPM113",
