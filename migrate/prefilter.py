@@ -19,7 +19,7 @@ __all__ = ["imported_modules", "might_use_amp", "select_candidates"]
 
 _MARKERS = re.compile(
     r"GradScaler|scale_loss|\.scale\(|unscale_|\bapex\b|amp\.initialize|FP16_Optimizer"
-    r"|amp_handle|^[ \t]*(?:from|import)[ \t][^\n]*\bamp\b",
+    r"|amp_handle|\bNativeScaler\b|^[ \t]*(?:from|import)[ \t][^\n]*\bamp\b",
     re.M,
 )
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)

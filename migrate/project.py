@@ -31,7 +31,7 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
 from .prefilter import might_use_amp
-from .scaler_wrapper import WrapperContext
+from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 
 __all__ = ["migrate_project", "project_view", "reconcile", "ProjectFile", "ImportEdge"]
 
@@ -339,7 +339,8 @@ def wrapper_contexts(files: Mapping[str, ProjectFile]) -> Dict[str, WrapperConte
         for key in _wrapper_classes(files)
         if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
     }
-    if not wrappers:
+    libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
+    if not wrappers and not any(libraries.values()):
         return {}
     classes: Dict[str, Set[str]] = {}
     built: Dict[str, Set[str]] = {}
@@ -349,13 +350,16 @@ def wrapper_contexts(files: Mapping[str, ProjectFile]) -> Dict[str, WrapperConte
         if project_file.tree is None:
             continue
         bound = {b: (e.target, d) for e in project_file.imports for b, d in e.names if (e.target, d) in wrappers}
-        if not bound:
+        library = libraries.get(path, set())
+        if not bound and not library:
             continue
-        classes[path] = set(bound)
-        instances = _instances(project_file.tree, set(bound))
-        for target, defined in bound.values():
-            if instances:
-                built.setdefault(target, set()).add(defined)
+        if bound:
+            classes[path] = set(bound)
+        built_from = _instances(project_file.tree, set(bound) | library)
+        instances = set(built_from)
+        for name in set(built_from.values()) & set(bound):
+            target, defined = bound[name]
+            built.setdefault(target, set()).add(defined)
         for edge in project_file.imports:
             for name, defined in edge.names:
                 function = _function_named(files[edge.target], defined)
@@ -400,14 +404,29 @@ def _defined_name(project_file: ProjectFile, bound: str, target: str) -> Optiona
     return next((d for e in project_file.imports if e.target == target for b, d in e.names if b == bound), None)
 
 
-def _instances(tree: ast.Module, classes: Set[str]) -> Set[str]:
-    """Names assigned a construction of one of ``classes`` (possibly ``... if c else None``)."""
-    found = set()
+def _library_wrapper_names(project_file: ProjectFile) -> Set[str]:
+    """Names bound in the file to a library's loss-scaler wrapper the tool knows
+    (``from timm.utils import NativeScaler``)."""
+    if project_file.tree is None:
+        return set()
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0
+        for alias in node.names
+        if f"{node.module}.{alias.name}" in LIBRARY_WRAPPERS
+    }
+
+
+def _instances(tree: ast.Module, classes: Set[str]) -> Dict[str, str]:
+    """Names assigned a construction of one of ``classes`` (possibly ``... if c else None``)
+    -> that class."""
+    found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = node.value.body if isinstance(node.value, ast.IfExp) else node.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
-                found.add(node.targets[0].id)
+                found[node.targets[0].id] = value.func.id
     return found
 
 

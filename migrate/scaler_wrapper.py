@@ -82,6 +82,11 @@ _STATE_METHODS = frozenset(
         "set_growth_interval",
     }
 )
+#: Loss-scaler wrappers of libraries the tool knows -> their RoundPipe drop-in.
+LIBRARY_WRAPPERS: Dict[str, str] = {
+    "timm.utils.NativeScaler": "roundpipe.compat.NativeScaler",
+    "timm.utils.cuda.NativeScaler": "roundpipe.compat.NativeScaler",
+}
 _CHECKPOINT_NOTE = "a checkpoint helper of another file; it gets the wrapped module"
 
 
@@ -413,7 +418,10 @@ class ScalerWrappers:
         for call in self.facts.subtree(self.facts.module, cst.Call):
             if isinstance(call.func, cst.Name) and call.func.value in classes and self._names_class(call.func):
                 built.add(call.func.value)
-                instances.append(self._plan_construction(call))
+                instances.append(self._plan_construction(call, None))
+            elif self.facts.calls_any(call, set(LIBRARY_WRAPPERS)):
+                library = LIBRARY_WRAPPERS[sorted(self.facts.qualified(call.func) & set(LIBRARY_WRAPPERS))[0]]
+                instances.append(self._plan_construction(call, library))
         for function in self.facts.subtree(self.facts.module, cst.FunctionDef):
             for param in function.params.params:
                 if (function.name.value, param.name.value) in self.context.instance_params:
@@ -446,8 +454,10 @@ class ScalerWrappers:
             isinstance(getattr(b, "node", None), (cst.ClassDef, cst.Import, cst.ImportFrom)) for b in bindings
         )
 
-    def _plan_construction(self, call: cst.Call) -> Tuple[Scope, str]:
-        """``x = Wrapper(...)``: the model its optimizer trains is wrapped, and passed."""
+    def _plan_construction(self, call: cst.Call, library: Optional[str]) -> Tuple[Scope, str]:
+        """``x = Wrapper(...)``: the model its optimizer trains is wrapped, and passed; a
+        library's wrapper (``library``: its RoundPipe drop-in) is replaced by the drop-in,
+        which waits for its steps (``is_async=False``) under ``--exact``."""
         statement = self.facts.statement_of(call)
         small = (
             statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
@@ -469,8 +479,17 @@ class ScalerWrappers:
         if any(a.keyword is not None and a.keyword.value == "model" for a in call.args):
             return scope, name
         model = self._model_of_scope(call, scope)
-        self.plan.edits.replace_expression(call, lambda updated: _with_model_argument(updated, model))
-        self.plan.rewrites.append((call, f"loss-scaler wrapper {code(call.func)} given the RoundPipe model ({model})"))
+        added = [("model", model)] + ([("is_async", "False")] if library and self.rules.exact else [])
+
+        def build(updated: cst.Call) -> cst.Call:
+            updated = _with_keywords(updated, added)
+            return updated.with_changes(func=cst.parse_expression(library)) if library else updated
+
+        self.plan.edits.replace_expression(call, build)
+        if library:
+            self.rules._rewritten_constructors.add(call)  # its import goes when nothing else uses it
+        replaced = f"-> {library}, " if library else ""
+        self.plan.rewrites.append((call, f"loss-scaler wrapper {code(call.func)} {replaced}given the RoundPipe model"))
         return scope, name
 
     def _model_of_scope(self, call: cst.Call, scope: Scope) -> str:
@@ -714,17 +733,12 @@ def _parameter_calls(call: cst.Call) -> List[cst.Call]:
     return list(m.findall(call, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])))  # type: ignore[arg-type]
 
 
-def _with_model_argument(call: cst.Call, model: str) -> cst.Call:
+def _with_keywords(call: cst.Call, keywords: List[Tuple[str, str]]) -> cst.Call:
+    """``call`` with ``name=value`` arguments appended."""
     args = list(call.args)
-    if args:
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return call.with_changes(
-        args=[
-            *args,
-            cst.Arg(
-                cst.Name(model),
-                keyword=cst.Name("model"),
-                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            ),
-        ]
-    )
+    for name, value in keywords:
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+        args.append(cst.Arg(cst.parse_expression(value), keyword=cst.Name(name), equal=equal))
+    return call.with_changes(args=args)

@@ -402,3 +402,75 @@ class AMPOptimizer:
 """
     codes = [d.code for d in migrate_source(source, "amp_optimizer.py").diagnostics]
     assert "RPM111" not in codes and codes  # the scaler rules report it (RPM104/RPM105)
+
+
+# ------------------------------------------------------------------------ timm's wrapper
+# A stand-in for timm (the real one is not a test dependency): its NativeScaler as timm writes it.
+FAKE_TIMM = {
+    "timm/__init__.py": "",
+    "timm/utils/__init__.py": """import torch
+
+
+class NativeScaler:
+    state_dict_key = "amp_scaler"
+
+    def __init__(self, device="cuda"):
+        self._scaler = torch.amp.GradScaler(device)
+
+    def __call__(self, loss, optimizer, clip_grad=None, clip_mode="norm", parameters=None, create_graph=False,
+                 need_update=True):
+        self._scaler.scale(loss).backward(create_graph=create_graph)
+        if need_update:
+            if clip_grad is not None:
+                self._scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(parameters, clip_grad)
+            self._scaler.step(optimizer)
+            self._scaler.update()
+
+    def state_dict(self):
+        return self._scaler.state_dict()
+""",
+}
+
+TIMM_PROJECT = {
+    "engine.py": PROJECT["engine.py"]
+    .replace(
+        "clip_grad=1.0, parameters=model.parameters(), update_grad=update)",
+        "clip_grad=1.0, parameters=model.parameters())",
+    )
+    .replace("norm = loss_scaler(", "loss_scaler(")
+    .replace(" norm {norm.item()!r}", ""),
+    "main.py": PROJECT["main.py"]
+    .replace(
+        "from util.misc import NativeScalerWithGradNormCount, save_model\n", "from timm.utils import NativeScaler\n"
+    )
+    .replace("loss_scaler = NativeScalerWithGradNormCount()", 'loss_scaler = NativeScaler("cpu")')
+    .replace(
+        """    with tempfile.TemporaryDirectory() as folder:
+        save_model(os.path.join(folder, "ckpt.pth"), model, loss_scaler)
+        saved = torch.load(os.path.join(folder, "ckpt.pth"))
+    print(sorted(saved["model"]), saved["amp_scaler"]["scale"])
+""",
+        "",
+    ),
+}
+
+
+def test_timms_wrapper_becomes_the_roundpipe_drop_in_and_its_calls_follow():
+    results = migrate_project(TIMM_PROJECT, exact=True)
+    main, engine = results["main.py"].migrated, results["engine.py"].migrated
+    assert 'loss_scaler = roundpipe.compat.NativeScaler("cpu", model=model, is_async=False)' in main
+    assert "timm" not in main  # the import of the replaced class goes
+    assert "parameters=model.optim_parameters())" in engine
+    default = migrate_project(TIMM_PROJECT)["main.py"].migrated
+    assert 'roundpipe.compat.NativeScaler("cpu", model=model)\n' in default
+
+
+def test_timm_project_migration_prints_the_originals_numbers(tmp_path):
+    original = _run_project({**TIMM_PROJECT, **FAKE_TIMM}, tmp_path, "original")
+    sys.modules.pop("timm", None), sys.modules.pop("timm.utils", None)
+    assert len(STEP.findall(original)) == 4
+    exact = {p: r.migrated for p, r in migrate_project(TIMM_PROJECT, exact=True).items()}
+    assert _run_project(exact, tmp_path, "exact") == original
+    default = {p: r.migrated for p, r in migrate_project(TIMM_PROJECT).items()}
+    assert len(STEP.findall(_run_project(default, tmp_path, "default"))) == 4

@@ -141,6 +141,20 @@ def train(model, loader):
         loss_scaler(torch.nn.functional.mse_loss(model(x), y), optimizer, parameters=model.optim_parameters())
 """
 
+_TIMM_IMPORTED = """import torch
+from timm.utils import ApexScaler, NativeScaler
+
+
+def train(model, loader, clip_grad):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_scaler = NativeScaler()
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss_scaler(loss, optimizer, clip_grad=clip_grad, parameters=model.parameters())
+"""
+
 RULE = Rule(
     name="loss_scaler_wrapper",
     order=47,
@@ -156,6 +170,12 @@ RULE = Rule(
             "该类保持接口和状态不变：`__init__` 以仅限关键字的参数 `model` 接收 RoundPipe 模型，缩放器改为 `roundpipe.GradScaler`，反向仍按原样在主线程上执行，优化器相关的工作移入 `_step_fn` 交给 `self._model.step`（使用 `--exact` 时同步等待；`__call__` 返回步骤中计算的值（如范数）时也总是等待），`update()` 留在其后；在构造它的地方，模型在其优化器之前被包装，优化器改用 `model.optim_parameters()`，构造调用加上 `model=model`；此类中 `__call__` 为其他形式、或在没有基于 `model.parameters()` 构建优化器的地方构造时，拒绝迁移（RPM111）",
         ),
         Pattern(
+            "timm's wrapper imported from timm (`from timm.utils import NativeScaler`, also `timm.utils.cuda`): `loss_scaler = NativeScaler()`",
+            "`loss_scaler = roundpipe.compat.NativeScaler(model=model)` (`is_async=False` with `--exact`), RoundPipe's drop-in with timm's interface; the timm import of it goes when nothing else uses it; its calls as below",
+            "从 timm 导入的 timm 包装类（`from timm.utils import NativeScaler`，也包括 `timm.utils.cuda`）：`loss_scaler = NativeScaler()`",
+            "`loss_scaler = roundpipe.compat.NativeScaler(model=model)`（使用 `--exact` 时加 `is_async=False`），即接口与 timm 相同的 RoundPipe 替代类；若其他地方不再使用，则删除对它的 timm 导入；其调用按下一行处理",
+        ),
+        Pattern(
             "`loss_scaler(loss, optimizer, ..., parameters=model.parameters(), ...)` calls, in any given file (the instance passed to training functions of other files); checkpoint helpers of other files given the model",
             "`parameters=model.optim_parameters()`; a helper of another file that only saves or loads the model's state gets `model.model` after `model.synchronize()`; a plain `loss.backward(); optimizer.step()` branch beside an optional wrapper takes the autograd form too; in the asynchronous form, a main-thread write of the optimizer's state in the caller makes it wait for the step right after the call; `parameters=` given anything else, or more than `(loss, optimizer)` by position, is refused (RPM111)",
             "任意给定文件中的 `loss_scaler(loss, optimizer, ..., parameters=model.parameters(), ...)` 调用（实例可被传给其他文件的训练函数）；把模型交给其他文件中的检查点辅助函数",
@@ -163,6 +183,15 @@ RULE = Rule(
         ),
     ),
     examples=(
+        Example(
+            _TIMM_IMPORTED,
+            expect=(
+                "from timm.utils import ApexScaler\n",
+                "    loss_scaler = roundpipe.compat.NativeScaler(model=model)\n",
+                "        loss_scaler(loss, optimizer, clip_grad=clip_grad, parameters=model.optim_parameters())\n"
+                "        model.synchronize()\n",
+            ),
+        ),
         Example(
             _GRAD_NORM_WRAPPER,
             expect=(
