@@ -474,3 +474,17 @@ def test_timm_project_migration_prints_the_originals_numbers(tmp_path):
     assert _run_project(exact, tmp_path, "exact") == original
     default = {p: r.migrated for p, r in migrate_project(TIMM_PROJECT).items()}
     assert len(STEP.findall(_run_project(default, tmp_path, "default"))) == 4
+
+
+def test_the_model_handed_to_another_files_function_that_is_no_wrapper_user_still_refuses():
+    project = dict(PROJECT)
+    project["evaluation.py"] = "def evaluate(model, batches):\n    return [model(x) for x, _ in batches]\n"
+    project["main.py"] = (
+        PROJECT["main.py"]
+        .replace("from engine import", "from evaluation import evaluate\nfrom engine import")
+        .replace("    train_one_epoch(model,", "    evaluate(model, batches)\n    train_one_epoch(model,")
+    )
+    results = migrate_project(project, exact=True)
+    assert [d.code for d in results["main.py"].diagnostics] == ["RPM110"]
+    assert "evaluate() of evaluation.py" in results["main.py"].diagnostics[0].message
+    assert not any(r.changed for r in results.values())
