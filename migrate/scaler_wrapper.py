@@ -159,11 +159,11 @@ class ScalerWrappers:
         and defines ``__call__`` but is not of the recognised shape."""
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
         call = methods.get("__call__")
-        stored = [(a, c) for a, c in self._stored_scalers(node) if c is not None]
+        stored = self._stored_scalers(node)
         if call is None or not stored:
             return None
         migrated = any("roundpipe.GradScaler" in self.facts.qualified(c.func) for _, c in stored)
-        if not migrated and not any(self.facts.scaler_kind(c) is not None for _, c in stored):
+        if not migrated and not any(self._torch_scaler(c) for _, c in stored):
             return None
         self._claim_backwards(node)
         if migrated:
@@ -183,7 +183,7 @@ class ScalerWrappers:
         self._check_other_methods(node, scaler, wrapper)
         return wrapper
 
-    def _stored_scalers(self, node: cst.ClassDef) -> List[Tuple[str, Optional[cst.Call]]]:
+    def _stored_scalers(self, node: cst.ClassDef) -> List[Tuple[str, cst.Call]]:
         """``(attribute, GradScaler call)`` for each ``self.<attribute> = <GradScaler>(...)``
         in the class (torch's or RoundPipe's)."""
         found = []
@@ -193,13 +193,21 @@ class ScalerWrappers:
                 isinstance(value, cst.Call)
                 and len(assign.targets) == 1
                 and m.matches(assign.targets[0].target, m.Attribute(value=m.Name("self"), attr=m.Name()))
-                and (
-                    self.facts.scaler_kind(value) is not None
-                    or "roundpipe.GradScaler" in self.facts.qualified(value.func)
-                )
+                and (self._torch_scaler(value) or "roundpipe.GradScaler" in self.facts.qualified(value.func))
             ):
                 found.append((assign.targets[0].target.attr.value, value))  # type: ignore[attr-defined]
         return found
+
+    def _torch_scaler(self, call: cst.Call) -> bool:
+        try:
+            return self.facts.scaler_kind(call) is not None
+        except ValueError:  # the spelling the scaler rules refuse
+            raise Blocked(
+                call,
+                "RPM104",
+                "GradScaler import fallback mixes torch.amp and torch.cuda.amp with positional arguments; "
+                "pass them by keyword",
+            )
 
     def _claim_backwards(self, node: cst.ClassDef) -> None:
         """The backwards of a wrapper class are the wrapper's: recognised when it is already
@@ -254,7 +262,7 @@ class ScalerWrappers:
         update = body.index(update_line)
         start = self._step_start(call, backward, block, body, refuse)
         moved = body[start:update]
-        self._check_moved(moved, scaler, optimizer, refuse, update_line)
+        self._check_moved(moved, scaler, optimizer, self._settings(node, init), refuse, update_line)
         self._check_outside(call, scaler, backward, block, start, update, refuse)
         wrapper = WrapperClass(node, scaler, constructors, init, call, backward, block, start, update)
         wrapper.returned = self._names_read_after(call, moved)
@@ -278,7 +286,7 @@ class ScalerWrappers:
             raise refuse(guard, "the optimizer work must come after the backward")
         return 0
 
-    def _check_moved(self, moved, scaler: str, optimizer: str, refuse, update_line) -> None:
+    def _check_moved(self, moved, scaler: str, optimizer: str, settings: Set[str], refuse, update_line) -> None:
         """The step function's statements: exactly one ``self.<scaler>.step(optimizer)``
         among them at the top level, the scaler used only by ``unscale_(optimizer)`` and
         that step, no ``return``/``yield``/``nonlocal``/``global``."""
@@ -296,18 +304,32 @@ class ScalerWrappers:
                     or _is_scaler_call(scaler_call, scaler, "step", optimizer)
                 ):
                     raise refuse(scaler_call, f"`{code(scaler_call)}` in the optimizer work is not migrated")
-            self._check_uses_of_self(statement, scaler, refuse)
+            self._check_uses_of_self(statement, scaler, settings, refuse)
 
-    def _check_uses_of_self(self, statement: cst.CSTNode, scaler: str, refuse) -> None:
+    def _check_uses_of_self(self, statement: cst.CSTNode, scaler: str, settings: Set[str], refuse) -> None:
+        """The step function may read the wrapper's settings (attributes only ``__init__``
+        assigns, such as a clipping norm), not call its methods or touch other state."""
         for attribute in m.findall(statement, m.Attribute(value=m.Name("self"))):
-            if attribute.attr.value != scaler:  # type: ignore[attr-defined]
+            name = attribute.attr.value  # type: ignore[attr-defined]
+            parent = self.facts.parent(attribute)
+            called = isinstance(parent, cst.Call) and parent.func is attribute
+            if name != scaler and (called or name not in settings):
                 raise refuse(
-                    attribute, f"the optimizer work reads `{code(attribute)}`, which the step function would share"
+                    attribute, f"the optimizer work uses `{code(attribute)}`, which the step function would share"
                 )
         for name in m.findall(statement, m.Name("self")):
             parent = self.facts.parent(name)
             if not isinstance(parent, cst.Attribute):
                 raise refuse(statement, "the optimizer work hands `self` on")
+
+    def _settings(self, node: cst.ClassDef, init: cst.FunctionDef) -> Set[str]:
+        """Attributes of ``self`` that ``__init__`` assigns and no other method does."""
+        assigned: Dict[str, bool] = {}
+        for target in m.findall(node, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
+            for attribute in m.findall(target.target, m.Attribute(value=m.Name("self"), attr=m.Name())):  # type: ignore[attr-defined]
+                name = attribute.attr.value  # type: ignore[attr-defined]
+                assigned[name] = assigned.get(name, True) and self.facts.within(target, init)
+        return {name for name, only_init in assigned.items() if only_init}
 
     def _check_outside(self, call, scaler: str, backward, block, start: int, update: int, refuse) -> None:
         """Outside the backward and the step's statements, ``__call__`` does not use the

@@ -349,7 +349,7 @@ def test_files_building_a_wrapper_are_looked_at_with_its_definition():
         (  # another attribute of self shared with the step function
             "                norm = get_grad_norm_(parameters)\n",
             "                norm = get_grad_norm_(parameters)\n                self.last_norm = norm\n",
-            "the optimizer work reads `self.last_norm`",
+            "the optimizer work uses `self.last_norm`",
         ),
         (  # a second scaler attribute
             "    def state_dict(self):\n",
@@ -367,6 +367,28 @@ def test_a_wrapper_of_another_shape_is_refused_precisely(before, after, message)
     assert result.migrated == changed
     assert [d.code for d in result.diagnostics] == ["RPM111"]
     assert message in result.diagnostics[0].message
+
+
+def test_the_step_may_read_a_setting_of_the_wrapper():
+    source = (
+        PROGRAMS["clipped"]
+        .replace(
+            "        self._scaler = torch.amp.GradScaler(",
+            "        self.max_norm = 0.5\n        self._scaler = torch.amp.GradScaler(",
+        )
+        .replace(
+            "norm = torch.nn.utils.clip_grad_norm_(parameters, clip_grad)",
+            "norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_norm)",
+        )
+    )
+    assert "self.max_norm)" in source
+    assert migrate_source(source, "train.py").status == "migrated"
+    rebound = source.replace(
+        "    def state_dict(self):\n",
+        "    def tighten(self):\n        self.max_norm = 0.1\n\n    def state_dict(self):\n",
+    )
+    result = migrate_source(rebound, "train.py")
+    assert [d.code for d in result.diagnostics] == ["RPM111"] and "`self.max_norm`" in result.diagnostics[0].message
 
 
 def test_parameters_other_than_the_models_are_refused():
