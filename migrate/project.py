@@ -91,11 +91,12 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
     the wrapped module), and users of a project loss-scaler wrapper that was not migrated are
     named.
     """
-    contexts = wrapper_contexts(files)
+    wrappers = _wrapper_classes(files)
+    contexts = wrapper_contexts(files, wrappers)
     for path, context in contexts.items():
         results[path] = migrate_source(files[path].source, path, exact=exact, force=True, wrappers=context)
     _refuse_models_handed_across(files, results, contexts)
-    _name_wrapper_users(files, results)
+    _name_wrapper_users(files, results, wrappers)
     _keep_components_consistent(files, results)
 
 
@@ -328,15 +329,19 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
 _CHECKPOINT_METHODS = ("state_dict", "load_state_dict")
 
 
-def wrapper_contexts(files: Mapping[str, ProjectFile]) -> Dict[str, WrapperContext]:
+def wrapper_contexts(
+    files: Mapping[str, ProjectFile], found: Optional[Mapping[Tuple[str, str], int]] = None
+) -> Dict[str, WrapperContext]:
     """For each file taking part in a loss-scaler wrapper class of another given file (one
     with ``__call__``: :mod:`migrate.scaler_wrapper`), what the other files say: the names
     it imports the class under, whether another file builds a class it defines, which of
     its functions' parameters another file feeds an instance, and which functions of other
-    files it calls only save or load a parameter's state (checkpoint helpers)."""
+    files it calls only save or load a parameter's state (checkpoint helpers); also for
+    files building timm's wrapper (:data:`~migrate.scaler_wrapper.LIBRARY_WRAPPERS`) and
+    handing it on. ``found``: :func:`_wrapper_classes` of ``files``, when already known."""
     wrappers = {
         key
-        for key in _wrapper_classes(files)
+        for key in (_wrapper_classes(files) if found is None else found)
         if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
     }
     libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
@@ -456,9 +461,10 @@ def _only_state_of(function: ast.FunctionDef, param: str) -> bool:
     return bool(uses)
 
 
-def _name_wrapper_users(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _name_wrapper_users(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], wrappers: Mapping[Tuple[str, str], int]
+) -> None:
     """A file using a loss-scaler wrapper of another given file is migrated or named."""
-    wrappers = _wrapper_classes(files)
     if not wrappers:
         return
     for path, project_file in files.items():
