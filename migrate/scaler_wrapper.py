@@ -134,6 +134,7 @@ class ScalerWrappers:
         self.plan = rules.plan
         self.context = context
         self.claimed: Set[cst.CSTNode] = set()  # GradScaler calls the wrappers own
+        self._library_names: Optional[Set[str]] = None  # names imports bind to a NativeScaler
 
     # --------------------------------------------------------------------- classes
     def run(self) -> None:
@@ -159,7 +160,7 @@ class ScalerWrappers:
         and defines ``__call__`` but is not of the recognised shape."""
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
         call = methods.get("__call__")
-        stored = self._stored_scalers(node)
+        stored = self._stored_scalers(node) if call is not None else []
         if call is None or not stored:
             return None
         migrated = any("roundpipe.GradScaler" in self.facts.qualified(c.func) for _, c in stored)
@@ -441,7 +442,7 @@ class ScalerWrappers:
             if isinstance(call.func, cst.Name) and call.func.value in classes and self._names_class(call.func):
                 built.add(call.func.value)
                 instances.append(self._plan_construction(call, None))
-            elif self.facts.calls_any(call, set(LIBRARY_WRAPPERS)):
+            elif self._may_be_library_wrapper(call) and self.facts.calls_any(call, set(LIBRARY_WRAPPERS)):
                 library = LIBRARY_WRAPPERS[sorted(self.facts.qualified(call.func) & set(LIBRARY_WRAPPERS))[0]]
                 instances.append(self._plan_construction(call, library))
         for function in self.facts.subtree(self.facts.module, cst.FunctionDef):
@@ -467,6 +468,23 @@ class ScalerWrappers:
         if built:
             self._plan_checkpoint_helpers()
         return built
+
+    def _may_be_library_wrapper(self, call: cst.Call) -> bool:
+        """A cheap test before the qualified name: ``x.NativeScaler(...)``, or a call of a
+        name some import of the module binds to a ``NativeScaler``."""
+        if self._library_names is None:
+            self._library_names = {
+                alias.evaluated_alias or alias.evaluated_name
+                for line in self.facts.import_lines
+                for statement in line.body
+                if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar)
+                for alias in statement.names
+                if alias.evaluated_name == "NativeScaler"
+            }
+        func = call.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value == "NativeScaler"
+        return isinstance(func, cst.Name) and func.value in self._library_names
 
     def _names_class(self, name: cst.Name) -> bool:
         """``name`` is bound (here) by a class definition or an import, not rebound."""
