@@ -365,19 +365,18 @@ def wrapper_contexts(
         for name in set(built_from.values()) & set(bound):
             target, defined = bound[name]
             built.setdefault(target, set()).add(defined)
-        for edge in project_file.imports:
-            for name, defined in edge.names:
-                function = _function_named(files[edge.target], defined)
-                if function is None:
-                    continue
-                params = [a.arg for a in function.args.args]
-                for call in _calls_of(project_file.tree, name):
-                    fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
-                    fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
-                    instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
-                helpers.setdefault(path, set()).update(
-                    (name, param, i) for i, param in enumerate(params) if _only_state_of(function, param)
-                )
+        for edge, name, defined in _imported_names(files, project_file):
+            function = _function_named(files[edge.target], defined)
+            if function is None:
+                continue
+            params = [a.arg for a in function.args.args]
+            for call in _calls_of(project_file.tree, name):
+                fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
+                fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
+                instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
+            helpers.setdefault(path, set()).update(
+                (name, param, i) for i, param in enumerate(params) if _only_state_of(function, param)
+            )
     paths = set(classes) | set(built) | set(instance_params)
     return {
         path: WrapperContext(
@@ -435,8 +434,30 @@ def _instances(tree: ast.Module, classes: Set[str]) -> Dict[str, str]:
     return found
 
 
+def _imported_names(files: Mapping[str, ProjectFile], project_file: ProjectFile) -> List[Tuple[ImportEdge, str, str]]:
+    """``(edge, name here, name there)`` for what the file imports from other given files:
+    the names ``from m import f`` binds, and ``alias.f`` for each top-level function of a
+    module imported as ``alias`` (``import util.misc as misc``)."""
+    found = [(edge, bound, defined) for edge in project_file.imports for bound, defined in edge.names]
+    for edge in project_file.imports:
+        tree = files[edge.target].tree
+        if edge.module_alias and tree is not None:
+            functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+            found += [(edge, f"{edge.module_alias}.{name}", name) for name in functions]
+    return found
+
+
 def _calls_of(tree: ast.Module, name: str) -> List[ast.Call]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name]
+    """Calls of ``name`` (``f`` or ``module.f``) in ``tree``."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) == name]
+
+
+def _dotted(node: ast.expr) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
 
 
 def _is_name_in(node: ast.expr, names: Set[str]) -> bool:

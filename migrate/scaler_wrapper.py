@@ -672,12 +672,13 @@ class ScalerWrappers:
         helpers = {(name, position): param for name, param, position in self.context.checkpoint_params}
         wrapped = [(scope, name, after) for scope, name, after in self.plan.wrapped_models if after > 0]
         for call in self.facts.subtree(self.facts.module, cst.Call):
-            if not isinstance(call.func, cst.Name):
+            callee = code(call.func)  # `save_model` or `misc.save_model`, as the context names it
+            if not m.matches(call.func, m.Name() | m.Attribute(value=m.Name())):
                 continue
             for position, arg in enumerate(call.args):
                 key = arg.keyword.value if arg.keyword is not None else None
-                param = helpers.get((call.func.value, position)) if key is None else None
-                if key is not None and (call.func.value, key) in {(n, p) for (n, _), p in helpers.items()}:
+                param = helpers.get((callee, position)) if key is None else None
+                if key is not None and (callee, key) in {(n, p) for (n, _), p in helpers.items()}:
                     param = key
                 if param is None or not isinstance(arg.value, cst.Name):
                     continue

@@ -510,3 +510,19 @@ def test_the_model_handed_to_another_files_function_that_is_no_wrapper_user_stil
     assert [d.code for d in results["main.py"].diagnostics] == ["RPM110"]
     assert "evaluate() of evaluation.py" in results["main.py"].diagnostics[0].message
     assert not any(r.changed for r in results.values())
+
+
+def test_checkpoint_helpers_called_through_a_module_alias_get_the_wrapped_module(tmp_path):
+    project = dict(PROJECT)
+    project["main.py"] = (
+        PROJECT["main.py"]
+        .replace(
+            "from util.misc import NativeScalerWithGradNormCount, save_model\n",
+            "import util.misc as misc\nfrom util.misc import NativeScalerWithGradNormCount\n",
+        )
+        .replace("        save_model(", "        misc.save_model(")
+    )
+    results = migrate_project(project, exact=True)
+    assert 'misc.save_model(os.path.join(folder, "ckpt.pth"), model.model, loss_scaler)' in results["main.py"].migrated
+    migrated = {p: r.migrated for p, r in results.items()}
+    assert _run_project(migrated, tmp_path, "exact") == _run_project(project, tmp_path, "original")
