@@ -376,7 +376,9 @@ def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult], exact:
     from .project import project_view, reconcile
 
     files = project_view({task.path: task.text for task in looked_at})
-    reconcile(files, {path: results[path] for path in files}, exact)
+    reconciled = {path: results[path] for path in files}
+    reconcile(files, reconciled, exact)
+    results.update(reconciled)
 
 
 def _lost_in_a_worker(task: Task) -> Outcome:

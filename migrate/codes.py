@@ -119,11 +119,14 @@ _CODES: Tuple[Code, ...] = (
     Code(
         "RPM111",
         "scaler-wrapper",
-        "loss-scaler wrapper class of the project used",
-        "the file calls a loss-scaler wrapper class defined in another given file (timm's `NativeScaler` shape)",
-        "the wrapper's step is not rewritten, so neither is its caller",
+        "loss-scaler wrapper class not migrated",
+        "a class holding a GradScaler on `self` with a `__call__` (timm's `NativeScaler` shape) that is not "
+        "the recognised one, built where no optimizer on `model.parameters()` is built, or called with "
+        "`parameters=` that are not `model.parameters()`; or a file calling a wrapper class of another "
+        "given file that is not migrated (an optimizer-like wrapper with `backward`/`step` methods)",
+        "the wrapper and every file that builds or calls it change together, or none of them",
         "`loss_scaler(loss, optimizer, parameters=model.parameters())`",
-        "inline the wrapper's scale/step into the training loop, or migrate by hand",
+        'bring the wrapper to the shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',
     ),
     Code(
         "RPM113",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from types import MappingProxyType
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -24,6 +24,7 @@ from .model_uses import ModelUses
 from .names import ModuleFacts
 from .plan import Blocked
 from .prefilter import might_use_amp
+from .scaler_wrapper import WrapperContext
 from .state_helpers import StateHelpers
 from .torch_amp import plan_torch_amp
 from .wrapping import wrap_long_lines
@@ -41,6 +42,7 @@ def migrate_source(
     exact: bool = False,
     force: bool = False,
     state_helpers: StateHelpers = MappingProxyType({}),
+    wrappers: Optional[WrapperContext] = None,
 ) -> FileResult:
     """Return the migrated text of ``source`` with what was rewritten and what was not.
 
@@ -53,6 +55,8 @@ def migrate_source(
             other given files import).
         state_helpers: the checkpoint helpers of other files this file calls, with their
             state-only parameters (:mod:`migrate.state_helpers`; the project layer finds them).
+        wrappers: what the other files of the project say about the loss-scaler wrapper
+            classes this file defines, builds or calls (see :mod:`migrate.scaler_wrapper`).
     """
     result = FileResult(path=path, original=source, migrated=source)
     if not (force or might_use_amp(source) or SCALER_USE.search(source)):
@@ -67,7 +71,7 @@ def migrate_source(
     facts = ModuleFacts(wrapper)
     notes: List[Tuple[cst.CSTNode, str]] = []
     try:
-        plan, rules = plan_torch_amp(facts, exact, state_helpers)
+        plan, rules = plan_torch_amp(facts, exact, state_helpers, wrappers)
         try:
             notes = plan_apex(facts, exact, plan) if "apex" in source else []
             if not plan.blocked:

@@ -32,15 +32,16 @@ _IMPORT_ROUNDPIPE = m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(na
 
 def add_header(module: cst.Module, microbatch: str) -> cst.Module:
     """``module`` with ``import roundpipe`` (unless its top block has it) and
-    ``<microbatch> = 1`` added to its top import block."""
+    ``<microbatch> = 1`` added to its top import block, each only when the migrated code
+    reads that name (a file whose only change is at a call site needs neither)."""
     body: List[cst.BaseStatement] = list(module.body)
     start, end = _top_block(body)
-    constant = cst.parse_statement(f"{microbatch} = 1{_MICROBATCH_NOTE}\n").with_changes(
-        leading_lines=[cst.EmptyLine()]
-    )
-    if not any(m.matches(statement, _IMPORT_ROUNDPIPE) for statement in body[start:end]):
+    read = {name.value for name in m.findall(module, m.Name())}
+    if _ROUNDPIPE in read and not any(m.matches(statement, _IMPORT_ROUNDPIPE) for statement in body[start:end]):
         end = _insert_import(body, start, end)
-    body.insert(end, constant)
+    if microbatch in read:
+        constant = cst.parse_statement(f"{microbatch} = 1{_MICROBATCH_NOTE}\n")
+        body.insert(end, constant.with_changes(leading_lines=[cst.EmptyLine()]))
     return module.with_changes(body=body)
 
 

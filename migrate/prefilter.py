@@ -3,7 +3,9 @@
 A file that mentions none of the markers below cannot contain anything roundpipe-migrate
 rewrites, so it is not parsed by libcst (most files of a repository). A file that such a
 candidate imports is looked at too, whatever its text: it may build the model, the
-optimizer or the scaler that the candidate's training step uses. Imports are found with a
+optimizer or the scaler that the candidate's training step uses. A file importing a
+candidate that may define a loss-scaler wrapper class (a GradScaler and a ``__call__``) is
+looked at as well: it builds or calls the wrapper. Imports are found with a
 regular expression, not a parser, and resolved against the files given.
 """
 
@@ -17,12 +19,13 @@ __all__ = ["imported_modules", "might_use_amp", "select_candidates"]
 
 _MARKERS = re.compile(
     r"GradScaler|scale_loss|\.scale\(|unscale_|\bapex\b|amp\.initialize|FP16_Optimizer"
-    r"|amp_handle|^[ \t]*(?:from|import)[ \t][^\n]*\bamp\b",
+    r"|amp_handle|\bNativeScaler\b|^[ \t]*(?:from|import)[ \t][^\n]*\bamp\b",
     re.M,
 )
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.M)
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
+_CALLABLE_CLASS = re.compile(r"^[ \t]+def[ \t]+__call__[ \t]*\(", re.M)
 
 
 def might_use_amp(text: str) -> bool:
@@ -65,6 +68,12 @@ def select_candidates(paths: Sequence[str], texts: Sequence[str]) -> List[bool]:
         for start in range(len(parts)):
             by_suffix.setdefault(".".join(parts[start:]), set()).add(index)
     selected = [might_use_amp(text) for text in texts]
+    wrappers = {
+        i for i, text in enumerate(texts) if selected[i] and "GradScaler" in text and _CALLABLE_CLASS.search(text)
+    }
+    for index, chosen in enumerate(selected):
+        if wrappers and not chosen and wrappers & set(_resolve(paths[index], texts[index], by_suffix, by_path)):
+            selected[index] = True
     pending = [index for index, chosen in enumerate(selected) if chosen]
     while pending:
         index = pending.pop()

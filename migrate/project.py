@@ -10,8 +10,11 @@ consistent over the project:
   paths; a file imported by an AMP file is analysed whatever its text;
 * a wrapped model handed to a function of another given file is not followed across files:
   the file is left unchanged (RPM110) rather than half-migrated;
-* a file calling a loss-scaler wrapper class defined in another given file (the shape of
-  timm's ``NativeScaler``) is named (RPM111) unless it was migrated or already reported;
+* a loss-scaler wrapper class defined in one given file and built or called in others (the
+  shape of timm's ``NativeScaler``) is migrated with them: those files are migrated again
+  with a :class:`~migrate.scaler_wrapper.WrapperContext` saying what the others do with it;
+  a file calling a wrapper class that was not migrated is named (RPM111) unless it was
+  already reported;
 * if a file is refused, every file connected to it through imports among the files that
   take part is left unchanged too (RPM110, naming the blocking file and line).
 
@@ -28,6 +31,7 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
 from .prefilter import might_use_amp
+from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
 
 __all__ = ["migrate_project", "project_view", "reconcile", "ProjectFile", "ImportEdge"]
@@ -80,23 +84,29 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
 def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False) -> None:
     """Apply the project rules to per-file ``results`` (keyed like ``files``), in place.
 
-    The per-file results may come from anywhere (worker processes included); afterwards no
-    result holds a change while a file of the same program is refused, a wrapped model
-    handed to another file's function refuses its file, and users of a project loss-scaler
-    wrapper are named. A file that calls checkpoint helpers of another given file is
-    migrated again knowing which of their parameters only save or load state (``exact`` as
-    for the first run).
+    The per-file results may come from anywhere (worker processes included). A file that
+    calls checkpoint helpers of another given file, and every file taking part in a
+    loss-scaler wrapper of the project, is migrated again knowing what the other files say
+    (``exact`` as for the first run). Afterwards no result holds a change while a file of
+    the same program is refused, a wrapped model handed to another file's function refuses
+    its file (unless it is a training function given the wrapper, or a checkpoint helper
+    given the wrapped module), and users of a project loss-scaler wrapper that was not
+    migrated are named.
     """
-    helpers = {path: _state_helpers_of(files, path) for path in files}
-    for path, found in helpers.items():  # in place: the caller may hold the result objects
-        result = results[path]
-        if found and files[path].tree is not None and (result.changed or result.diagnostics):
-            again = migrate_source(files[path].source, path, exact=exact, force=True, state_helpers=found)
+    wrappers = _wrapper_classes(files)
+    contexts = wrapper_contexts(files, wrappers)
+    for path in files:  # in place: the caller may hold the result objects
+        result, helpers, context = results[path], _state_helpers_of(files, path), contexts.get(path)
+        helped = helpers and files[path].tree is not None and (result.changed or result.diagnostics)
+        if context is not None or helped:
+            again = migrate_source(
+                files[path].source, path, exact=exact, force=True, state_helpers=helpers, wrappers=context
+            )
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
-    _refuse_models_handed_across(files, results)
+    _refuse_models_handed_across(files, results, contexts)
     _refuse_instances_reached_across(files, results)
-    _name_wrapper_users(files, results)
+    _name_wrapper_users(files, results, wrappers)
     _keep_components_consistent(files, results)
 
 
@@ -254,12 +264,15 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
     return found
 
 
-def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _refuse_models_handed_across(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], contexts: Mapping[str, WrapperContext]
+) -> None:
     """A wrapped model passed to a function of another given file: what that function does
-    with it (checkpoint keys, evaluation, another trainer) is not followed across files.
-    The migrated text is what is checked: where the engine hands such a function the wrapped
-    module instead (``model.model``: a checkpoint helper, an optimizer helper), nothing is
-    handed across; the refusal names the call's line in the original."""
+    with it (checkpoint keys, evaluation, another trainer) is not followed across files,
+    except for the wrapper shape (:func:`_handed_to_wrapper_user`). The migrated text is
+    what is checked: where the engine hands such a function the wrapped module instead
+    (``model.model``: a checkpoint helper, an optimizer helper), nothing is handed across;
+    the refusal names the call's line in the original."""
     for path, result in results.items():
         if not result.changed or not result.wrapped_models or files[path].tree is None:
             continue
@@ -269,6 +282,15 @@ def _refuse_models_handed_across(files: Mapping[str, ProjectFile], results: Dict
         for node in ast.walk(ast.parse(result.migrated)):
             callee = _callee(node, imported) if isinstance(node, ast.Call) else None
             passed = _names_passed(node, wrapped) if callee is not None else []
+            if callee is not None and passed and callee[0] in contexts.get(path, WrapperContext()).classes:
+                continue  # `Wrapper(model=model)`: the migrated wrapper is given the model it steps
+            if (
+                callee is not None
+                and passed
+                and (path in contexts or callee[1] in contexts)
+                and _handed_to_wrapper_user(files, results, contexts, path, node, callee)
+            ):
+                continue
             if callee is not None and passed:
                 name, target, _ = callee
                 _refuse(
@@ -352,6 +374,38 @@ def _instance_attribute_use(
     return None
 
 
+def _handed_to_wrapper_user(
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    contexts: Mapping[str, WrapperContext],
+    path: str,
+    call: ast.Call,
+    callee: Tuple[str, str, int],
+) -> bool:
+    """Every wrapped model ``call`` passes goes to a checkpoint helper's saved parameter (the
+    caller now hands ``model.model``) or to a parameter of a training function that the
+    callee's file, migrated with the wrapper, treats as a RoundPipe model."""
+    name, target, _ = callee
+    wrapped = set(results[path].wrapped_models)
+    helpers = contexts.get(path, WrapperContext()).checkpoint_params
+    function = _function_named(files[target], _defined_name(files[path], name, target))
+    params = [a.arg for a in function.args.args] if function is not None else []
+    trainer = function is not None and any(
+        f == function.name for f, _ in contexts.get(target, WrapperContext()).instance_params
+    )
+    for position, arg in enumerate(call.args):
+        if isinstance(arg, ast.Name) and arg.id in wrapped:
+            param = params[position] if position < len(params) else None
+            if (name, param, position) not in helpers and not (trainer and param in results[target].wrapped_models):
+                return False
+    for keyword in call.keywords:
+        if isinstance(keyword.value, ast.Name) and keyword.value.id in wrapped:
+            saved = any(n == name and p == keyword.arg for n, p, _ in helpers)
+            if not saved and not (trainer and keyword.arg in results[target].wrapped_models):
+                return False
+    return True
+
+
 def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], int]:
     """(file, class name) -> line for classes that scale a loss and call backward (a
     loss-scaler wrapper such as timm's ``NativeScaler``)."""
@@ -366,15 +420,171 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
         for node in ast.walk(project_file.tree):
             if isinstance(node, ast.ClassDef):
                 text = ast.get_source_segment(project_file.source, node) or ""
-                if ("GradScaler" in text or ".scale(" in text) and ".backward(" in text:
+                if ("GradScaler" in text or ".scale(" in text) and ".backward(" in text and "roundpipe." not in text:
                     found[(path, node.name)] = node.lineno
     return found
 
 
-def _name_wrapper_users(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
-    """A file using a loss-scaler wrapper of another given file that is not migrated is
-    named."""
-    wrappers = _wrapper_classes(files)
+_CHECKPOINT_METHODS = ("state_dict", "load_state_dict")
+
+
+def wrapper_contexts(
+    files: Mapping[str, ProjectFile], found: Optional[Mapping[Tuple[str, str], int]] = None
+) -> Dict[str, WrapperContext]:
+    """For each file taking part in a loss-scaler wrapper class of another given file (one
+    with ``__call__``: :mod:`migrate.scaler_wrapper`), what the other files say: the names
+    it imports the class under, whether another file builds a class it defines, which of
+    its functions' parameters another file feeds an instance, and which functions of other
+    files it calls only save or load a parameter's state (checkpoint helpers); also for
+    files building timm's wrapper (:data:`~migrate.scaler_wrapper.LIBRARY_WRAPPERS`) and
+    handing it on. ``found``: :func:`_wrapper_classes` of ``files``, when already known."""
+    wrappers = {
+        key
+        for key in (_wrapper_classes(files) if found is None else found)
+        if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
+    }
+    libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
+    if not wrappers and not any(libraries.values()):
+        return {}
+    classes: Dict[str, Set[str]] = {}
+    built: Dict[str, Set[str]] = {}
+    instance_params: Dict[str, Set[Tuple[str, str]]] = {}
+    helpers: Dict[str, Set[Tuple[str, str, int]]] = {}
+    for path, project_file in files.items():
+        if project_file.tree is None:
+            continue
+        bound = {b: (e.target, d) for e in project_file.imports for b, d in e.names if (e.target, d) in wrappers}
+        library = libraries.get(path, set())
+        if not bound and not library:
+            continue
+        if bound:
+            classes[path] = set(bound)
+        built_from = _instances(project_file.tree, set(bound) | library)
+        instances = set(built_from)
+        for name in set(built_from.values()) & set(bound):
+            target, defined = bound[name]
+            built.setdefault(target, set()).add(defined)
+        for edge, name, defined in _imported_names(files, project_file):
+            function = _function_named(files[edge.target], defined)
+            if function is None:
+                continue
+            params = [a.arg for a in function.args.args]
+            for call in _calls_of(project_file.tree, name):
+                fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
+                fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
+                instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
+            helpers.setdefault(path, set()).update(
+                (name, param, i) for i, param in enumerate(params) if _only_state_of(function, param)
+            )
+    paths = set(classes) | set(built) | set(instance_params)
+    return {
+        path: WrapperContext(
+            classes=frozenset(classes.get(path, ())),
+            built_elsewhere=frozenset(built.get(path, ())),
+            instance_params=frozenset(instance_params.get(path, ())),
+            checkpoint_params=frozenset(helpers.get(path, ())),
+        )
+        for path in sorted(paths)
+    }
+
+
+def _class(project_file: ProjectFile, name: str) -> ast.ClassDef:
+    assert project_file.tree is not None
+    return next(n for n in ast.walk(project_file.tree) if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _function_named(project_file: ProjectFile, name: Optional[str]) -> Optional[ast.FunctionDef]:
+    """The top-level function ``name`` of the file, else None."""
+    if project_file.tree is None or name is None:
+        return None
+    return next((n for n in project_file.tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _defined_name(project_file: ProjectFile, bound: str, target: str) -> Optional[str]:
+    """The name in ``target`` of what ``project_file`` calls ``bound`` (``m.f``: ``f``)."""
+    if "." in bound:
+        return bound.rsplit(".", 1)[1]
+    return next((d for e in project_file.imports if e.target == target for b, d in e.names if b == bound), None)
+
+
+def _library_wrapper_names(project_file: ProjectFile) -> Set[str]:
+    """Names bound in the file to a library's loss-scaler wrapper the tool knows
+    (``from timm.utils import NativeScaler``)."""
+    if project_file.tree is None:
+        return set()
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0
+        for alias in node.names
+        if f"{node.module}.{alias.name}" in LIBRARY_WRAPPERS
+    }
+
+
+def _instances(tree: ast.Module, classes: Set[str]) -> Dict[str, str]:
+    """Names assigned a construction of one of ``classes`` (possibly ``... if c else None``)
+    -> that class."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value.body if isinstance(node.value, ast.IfExp) else node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
+                found[node.targets[0].id] = value.func.id
+    return found
+
+
+def _imported_names(files: Mapping[str, ProjectFile], project_file: ProjectFile) -> List[Tuple[ImportEdge, str, str]]:
+    """``(edge, name here, name there)`` for what the file imports from other given files:
+    the names ``from m import f`` binds, and ``alias.f`` for each top-level function of a
+    module imported as ``alias`` (``import util.misc as misc``)."""
+    found = [(edge, bound, defined) for edge in project_file.imports for bound, defined in edge.names]
+    for edge in project_file.imports:
+        tree = files[edge.target].tree
+        if edge.module_alias and tree is not None:
+            functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+            found += [(edge, f"{edge.module_alias}.{name}", name) for name in functions]
+    return found
+
+
+def _calls_of(tree: ast.Module, name: str) -> List[ast.Call]:
+    """Calls of ``name`` (``f`` or ``module.f``) in ``tree``."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) == name]
+
+
+def _dotted(node: ast.expr) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def _is_name_in(node: ast.expr, names: Set[str]) -> bool:
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def _only_state_of(function: ast.FunctionDef, param: str) -> bool:
+    """Every use of ``param`` in ``function`` is ``param.state_dict()`` or
+    ``param.load_state_dict(...)``, and there is one."""
+    parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+    uses = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == param]
+    for use in uses:
+        attribute = parents.get(use)
+        call = parents.get(attribute) if attribute is not None else None
+        if not (
+            isinstance(attribute, ast.Attribute)
+            and attribute.attr in _CHECKPOINT_METHODS
+            and isinstance(call, ast.Call)
+            and call.func is attribute
+        ):
+            return False
+    return bool(uses)
+
+
+def _name_wrapper_users(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], wrappers: Mapping[Tuple[str, str], int]
+) -> None:
+    """A file using a loss-scaler wrapper of another given file is migrated or named."""
     if not wrappers:
         return
     for path, project_file in files.items():

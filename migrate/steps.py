@@ -50,7 +50,7 @@ from .syntax import (
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABLE"]
+__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABLE", "plan_model_wrap"]
 
 #: Why the forward and the loss cannot move into a loss function: RPM106 (no forward of the
 #: recognised shape right before the backward), RPM107 (the model called several times),
@@ -441,28 +441,7 @@ class StepBuilder:
         self.rules.plan.wrapped_models.append((self.facts.scope(function.body.body[0]), name, 0))
 
     def _plan_wrap(self, built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:
-        plan = self.rules.plan
-        for call in parameter_calls:
-            plan.edits.replace_expression(
-                call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
-            )
-        if id(built.statement) in plan.wrapped_optimizers:
-            return
-        plan.wrapped_optimizers.add(id(built.statement))
-        config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
-        construction = wrap_where_bound(built, model)
-        if construction is not None:  # `self.model = roundpipe.RoundPipe(Net(), ...)`
-            template = f"roundpipe.RoundPipe(_, {config})"
-            plan.edits.replace_expression(construction, lambda updated: wrapped(template, updated))
-        else:
-            block = self.facts.parent(built.statement)
-            index = list(block.body).index(built.statement)
-            wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
-            plan.edits.insert_before(block, index, [wrap])
-        plan.rewrites.append(
-            (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
-        )
-        plan.wrapped_models.append((built.scope, model, self.facts.order(built.statement)))
+        plan_model_wrap(self.rules, built, model, parameter_calls)
 
     # ---------------------------------------------------------- forward region
     def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
@@ -974,6 +953,34 @@ class StepBuilder:
             self.rules.plan.edits.replace_expression(
                 parameters.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
             )
+
+
+def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:
+    """Wrap ``model`` with ``roundpipe.RoundPipe`` right before the optimizer ``built`` on
+    it, and build that optimizer on ``model.optim_parameters()`` (``parameter_calls``: its
+    ``model.parameters()`` calls); once per optimizer statement."""
+    plan = rules.plan
+    for call in parameter_calls:
+        plan.edits.replace_expression(
+            call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
+        )
+    if id(built.statement) in plan.wrapped_optimizers:
+        return
+    plan.wrapped_optimizers.add(id(built.statement))
+    config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
+    construction = wrap_where_bound(built, model)
+    if construction is not None:  # `self.model = roundpipe.RoundPipe(Net(), ...)`
+        template = f"roundpipe.RoundPipe(_, {config})"
+        plan.edits.replace_expression(construction, lambda updated: wrapped(template, updated))
+    else:
+        block = rules.facts.parent(built.statement)
+        index = list(block.body).index(built.statement)
+        wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
+        plan.edits.insert_before(block, index, [wrap])
+    plan.rewrites.append(
+        (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
+    )
+    plan.wrapped_models.append((built.scope, model, rules.facts.order(built.statement)))
 
 
 @dataclass(frozen=True)

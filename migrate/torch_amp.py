@@ -36,6 +36,7 @@ from .names import ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
+from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression, tests_presence
@@ -51,10 +52,17 @@ SCALER_READS = frozenset({"get_scale", "state_dict", "load_state_dict", "is_enab
 class TorchAmpRules:
     """Finds GradScalers and their training steps in one module and plans the rewrite."""
 
-    def __init__(self, facts: ModuleFacts, exact: bool, state_helpers: StateHelpers = MappingProxyType({})) -> None:
+    def __init__(
+        self,
+        facts: ModuleFacts,
+        exact: bool,
+        state_helpers: StateHelpers = MappingProxyType({}),
+        wrappers: Optional[WrapperContext] = None,
+    ) -> None:
         self.facts = facts
         self.exact = exact
         self.state_helpers = state_helpers  # checkpoint helpers of other files (migrate.state_helpers)
+        self.wrappers = wrappers or WrapperContext()
         self.plan = Plan(taken_names=set(facts.all_names))
         self.attributes = InstanceAttributes(facts)
         self._attribute_scalers: Set[Tuple[InstanceFamily, str]] = set()  # (family, attribute)
@@ -66,8 +74,11 @@ class TorchAmpRules:
     def run(self) -> Plan:
         """Plan every scaler's steps; every independent blocker is kept in ``plan.blocked``
         (checks that would only repeat an earlier blocker's consequences are skipped)."""
+        wrappers = ScalerWrappers(self, self.wrappers)
+        self._collect(wrappers.run)  # loss-scaler wrapper classes own their scalers
         for call, statement in self._collect(self._find_scalers) or []:
-            self._collect(self._plan_scaler, call, statement)
+            if call not in wrappers.claimed:
+                self._collect(self._plan_scaler, call, statement)
         self._collect(self._reject_untracked_backwards)
         if self.plan.blocked:
             return self.plan
@@ -106,6 +117,8 @@ class TorchAmpRules:
         )
         already = {self.facts.statement_of(b.node) for b in self.plan.blocked}  # reported there
         for call in self.facts.backward_calls:
+            if self.facts.statement_of(call) in self.plan.backward_statements:
+                continue
             owner = call.func.value.func.value if self._scaled_on_an_object(call) else None  # type: ignore[attr-defined]
             if owner is not None and not self._attribute_scaler_handled(owner):
                 where = (
@@ -584,8 +597,13 @@ def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
 
 
 def plan_torch_amp(
-    facts: ModuleFacts, exact: bool, state_helpers: StateHelpers = MappingProxyType({})
+    facts: ModuleFacts,
+    exact: bool,
+    state_helpers: StateHelpers = MappingProxyType({}),
+    wrappers: Optional[WrapperContext] = None,
 ) -> Tuple[Plan, TorchAmpRules]:
-    """Plan the rewrite of every torch GradScaler training step in the module."""
-    rules = TorchAmpRules(facts, exact, state_helpers)
+    """Plan the rewrite of every torch GradScaler training step in the module
+    (``state_helpers``: checkpoint helpers of other files it calls; ``wrappers``: what the
+    other files of the project say about its loss-scaler wrapper classes)."""
+    rules = TorchAmpRules(facts, exact, state_helpers, wrappers)
     return rules.run(), rules

@@ -24,7 +24,7 @@ NAMES = sorted(p.name for p in PROJECTS.iterdir() if p.is_dir())
 OUTCOMES = {
     "checkpoint_refused": {"train.py": ("partial", ["RPM110"]), "checkpoint.py": ("partial", ["RPM104"])},
     "model_handed_across": {"train.py": ("partial", ["RPM110"]), "evaluation.py": ("unchanged", [])},
-    "scaler_wrapper": {"main.py": ("partial", ["RPM111"]), "amp_utils.py": ("partial", ["RPM108"])},
+    "scaler_wrapper": {"main.py": ("partial", ["RPM111"]), "amp_utils.py": ("partial", ["RPM110"])},
     "split_trainer": {"train.py": ("migrated", []), "models.py": ("unchanged", [])},
 }
 

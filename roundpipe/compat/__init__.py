@@ -1,4 +1,5 @@
-"""roundpipe.compat: the run-time layer for scripts migrated from NVIDIA apex.amp.
+"""roundpipe.compat: the run-time layer for scripts migrated from NVIDIA apex.amp (and the
+loss-scaler wrapper of timm, :class:`NativeScaler`, in :mod:`.native_scaler`).
 
 It never imports apex. A migrated script calls :func:`initialize` as it called
 ``amp.initialize`` (same signature, opt levels O0-O3 with apex's property table and
@@ -24,11 +25,13 @@ subclass), :mod:`.optimizers` (optimizers onto the copies, ``master_params``),
 """
 
 from .frontend import initialize
+from .native_scaler import NativeScaler
 from .optimizers import master_params
 from .properties import OPT_LEVELS
 from .scaler import load_state_dict, loss_scaler, state_dict
 
 __all__ = [
+    "NativeScaler",
     "OPT_LEVELS",
     "initialize",
     "load_state_dict",

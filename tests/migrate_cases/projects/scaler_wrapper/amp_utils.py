@@ -1,5 +1,5 @@
-"""A loss-scaler wrapper class (the shape of timm's NativeScaler): the GradScaler lives on
-`self`, which the migration does not follow (RPM105)."""
+"""A loss-scaler wrapper class (the shape of timm's NativeScaler), recognised; it migrates
+only with the code that builds it, which is refused here (RPM110)."""
 
 import torch
 

@@ -1,5 +1,7 @@
 """Project rule: no silent misses. This file drives its training through the wrapper class
-of amp_utils.py and mentions no GradScaler itself; it is named (RPM111), not passed over."""
+of amp_utils.py and mentions no GradScaler itself; it builds the wrapper where the model
+is a parameter and no optimizer is built, so the migrated wrapper could not be given its
+RoundPipe model: refused (RPM111), not passed over."""
 
 import torch
 
