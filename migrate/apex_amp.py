@@ -10,12 +10,14 @@ keep working:
 * ``with amp.scale_loss(loss, opt) as s: s.backward()`` + ``opt.step()`` -> the RoundPipe
   form with the loss's scaler ``roundpipe.compat.loss_scaler(loss_id)`` (bound once as
   ``amp_scaler`` for loss 0);
-* ``amp.master_params``, ``amp.state_dict``, ``amp.load_state_dict`` -> their
-  ``roundpipe.compat`` twins; apex imports are removed once nothing uses them.
+* ``amp.master_params``, ``amp.state_dict``, ``amp.load_state_dict`` and the function-casting
+  API (``amp.float_function``/``half_function``/``bfloat16_function``/``promote_function``,
+  ``amp.register_*_function``: apex's semantics, :mod:`roundpipe.compat.functions`) -> their
+  ``roundpipe.compat`` twins; apex imports are removed once nothing uses them;
+* apex's fused optimizers, SyncBN conversion and DDP: :mod:`migrate.apex_extras`.
 
-Everything else apex offers (``delay_unscale``, casting registrations, ``_amp_state``,
-apex DDP, the old ``amp.init``/``FP16_Optimizer`` APIs) is reported (RPM201) and the file
-is left untouched.
+Everything else apex offers (``delay_unscale``, ``_amp_state``, ``disable_casts``, LAMB...)
+is reported (RPM201) and the file is left untouched.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from .apex_extras import EXTRAS, plan_extra, refusal
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .steps import StepBuilder
@@ -39,6 +42,11 @@ _COMPAT = {
     "apex.amp.master_params": "roundpipe.compat.master_params",
     "apex.amp.state_dict": "roundpipe.compat.state_dict",
     "apex.amp.load_state_dict": "roundpipe.compat.load_state_dict",
+    **{
+        f"apex.amp.{name}": f"roundpipe.compat.{name}"
+        for cast in ("float", "half", "bfloat16", "promote")
+        for name in (f"{cast}_function", f"register_{cast}_function")
+    },
 }
 _SCALER = "amp_scaler"
 _OLD_INIT = "apex.amp.init"
@@ -134,8 +142,12 @@ class ApexRules(TorchAmpRules):
                 self._plan_scale_loss(node)
             elif qualified in _COMPAT:
                 self._rename(node, _COMPAT[qualified])
-            elif not self._is_import(node):
-                raise Blocked(
+            elif self._is_import(node):
+                continue
+            elif qualified in EXTRAS:
+                plan_extra(self.facts, self.plan, node, qualified)
+            else:
+                raise refusal(node, qualified) or Blocked(
                     node,
                     "RPM201",
                     f"`{code(node)}` ({qualified}) has no RoundPipe "

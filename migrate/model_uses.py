@@ -54,6 +54,8 @@ class ModelUses:
             for access in self.facts.accesses(name, scope):
                 if self.facts.order(access) <= after:
                     continue
+                if self.facts.statement_of(access) in self.rules.plan.replaced_statements:
+                    continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
                     self._plan_attribute(parent, access, name)
