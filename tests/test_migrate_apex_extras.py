@@ -197,3 +197,76 @@ def test_registrations_apply_at_the_next_o1_initialize(fake_apex):
     assert torch.tanh(low).dtype == torch.bfloat16  # not applied yet
     roundpipe.compat.initialize(torch.nn.Linear(2, 2), opt_level="O1", verbosity=0)
     assert torch.tanh(low).dtype == torch.float32
+
+
+# ------------------------------------------------- amp.initialize results held on self
+LEARNER = """
+import torch
+from apex import amp
+
+
+class Learner:
+    def __init__(self):
+        self.model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O2", verbosity=0)
+
+    def fit(self, x, y):
+        self.optimizer.zero_grad()
+        out = self.model(x)
+        loss = (out - y).pow(2).mean()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+        self.optimizer.step()
+        return loss.item()
+
+    def weights(self):
+        self.model.eval()
+        return sum(v.float().sum().item() for v in self.model.state_dict().values())
+
+
+def main():
+    torch.manual_seed(0)
+    learner = Learner()
+    generator = torch.Generator().manual_seed(5)
+    for step in range(5):
+        x, y = torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator)
+        print(f"step {step} loss {learner.fit(x, y)!r} weights {learner.weights()!r}")
+"""
+
+
+def test_a_trainer_holding_amps_results_on_self_migrates_to_the_same_numbers(fake_apex, tmp_path):
+    original = _run(LEARNER, tmp_path / "original.py")
+    exact = migrate_source(LEARNER, "learner.py", exact=True)
+    assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
+    assert (
+        "        self.model.synchronize()\n        self.model.eval()\n"
+        "        return sum(v.float().sum().item() for v in self.model.model.state_dict().values())"
+    ) in exact.migrated
+    assert _run(exact.migrated, tmp_path / "exact.py") == original
+    lagged = migrate_source(LEARNER, "learner.py").migrated
+    assert _run(lagged, tmp_path / "lagged.py").count("step ") == original.count("step ")
+    assert migrate_source(exact.migrated, "learner.py", exact=True).migrated == exact.migrated
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (
+            ("learner.fit(x, y)!r}", "learner.fit(x, y)!r} lr {learner.optimizer.param_groups[0]['lr']}"),
+            "learner.optimizer",
+        ),
+        (("        self.model.eval()\n", "        print(self.optimizer.param_groups)\n"), "self.optimizer"),
+        (("amp.initialize(self.model, self.optimizer,", "amp.initialize(self.model, [self.optimizer],"), "self.model"),
+        (("    def weights(self):\n", "    def weights(self):\n        fn = lambda: self.model\n"), "self.model"),
+    ],
+    ids=["used-through-another-object", "other-use-in-the-class", "not-rebound-in-place", "nested-function"],
+)
+def test_attribute_uses_that_are_not_followed_are_refused_by_name(change, named):
+    source = LEARNER.replace(*change)
+    assert source != LEARNER
+    result = migrate_source(source, "learner.py", exact=True)
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == ["RPM201"], [d.format() for d in result.diagnostics]
+    assert named in result.diagnostics[0].message

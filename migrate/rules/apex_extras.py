@@ -1,5 +1,6 @@
-"""Rule apex_extras: apex's pieces beside ``amp.initialize``/``scale_loss`` (fused optimizers,
-SyncBN, DDP, function casting) migrate to their torch or ``roundpipe.compat`` forms."""
+"""Rule apex_extras: ``amp.initialize`` results held on ``self``, and apex's pieces beside
+``amp.initialize``/``scale_loss`` (fused optimizers, SyncBN, DDP, function casting), migrate to
+their torch or ``roundpipe.compat`` forms."""
 
 from . import Example, Pattern, Rule
 
@@ -45,13 +46,41 @@ _HEAD = (
     "        optimizer.zero_grad()\n"
 )
 
+_HELD = """import torch
+from apex import amp
+
+
+class Learner:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O2")
+
+    def fit(self, x, y):
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return loss.item()
+
+    def save(self):
+        return {"model": self.model.state_dict(), "amp": amp.state_dict()}
+"""
+
 RULE = Rule(
     name="apex_extras",
     order=85,
-    description="apex's fused optimizers, SyncBN conversion, DDP and function-casting API move with amp",
+    description="amp.initialize results held on self; apex's fused optimizers, SyncBN, DDP and function casting move with amp",
     codes=("RPM101", "RPM201"),
-    implemented_in=("apex_extras.py", "apex_amp.py"),
+    implemented_in=("apex_extras.py", "apex_attributes.py", "apex_amp.py"),
     patterns=(
+        Pattern(
+            "`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)` in a method of a class",
+            "`roundpipe.compat.initialize(...)`; the step on `self.model`/`self.optimizer` in the class's methods migrates as any apex step; other uses of them in the class may only read or load state dicts or switch train/eval: `self.model.synchronize()` before, the model's state dict through `self.model.model`; a use through another object (`learner.model`), a nested function or a subclass refuses the file (RPM201) naming it",
+            "类的方法中的 `self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`",
+            "改为 `roundpipe.compat.initialize(...)`；类方法中基于 `self.model`/`self.optimizer` 的训练步骤按普通 apex 步骤迁移；类中对它们的其他使用只能读取或加载状态字典、切换 train/eval：在其前插入 `self.model.synchronize()`，模型的状态字典改经 `self.model.model`；通过其他对象（`learner.model`）、嵌套函数或子类的使用会使文件被拒绝（RPM201），并指明位置",
+        ),
         Pattern(
             "apex `FusedAdam`/`FusedSGD`/`FusedAdagrad(...)`",
             "`torch.optim.AdamW` (`Adam` for `adam_w_mode=False`) with `fused=True`, `SGD`/`Adagrad` with `foreach=True`, every argument as a keyword of the same meaning, `set_grad_none` dropped (torch's `zero_grad` sets None); same update rule, another kernel; `bias_correction=False`, `amsgrad=True`, `master_weights=True`, `wd_after_momentum=True`, `materialize_master_grads=False`, `adagrad_w_mode=True` and `FusedLAMB`/`FusedNovoGrad` refuse the file (RPM201)",
@@ -72,6 +101,21 @@ RULE = Rule(
         ),
     ),
     examples=(
+        Example(
+            _HELD,
+            expect=(
+                "        amp_scaler = roundpipe.compat.loss_scaler()\n        def _loss_fn(",
+                "        self.model.forward_backward(input_args=(x,), label=y, loss_fn=_loss_fn)\n",
+                "        self.model.step(_step_fn)\n",
+                '        self.model.synchronize()\n        return {"model": self.model.model.state_dict(), '
+                '"amp": roundpipe.compat.state_dict()}',
+            ),
+        ),
+        Example(_HELD + "\n\ndef report(learner):\n    print(learner.model)\n", codes=("RPM201",)),
+        Example(
+            _HELD.replace("amp.initialize(self.model, self.optimizer,", "amp.initialize(model, self.optimizer,"),
+            codes=("RPM201",),
+        ),
         Example(
             _SCRIPT,
             expect=(

@@ -6,9 +6,10 @@ function-casting decorators and registrations. CPU tensors are accepted (no CUDA
 spec in plain torch; it never imports roundpipe.
 
 O1 on CPU: real apex does no casting on CPU tensors. This stand-in runs the model's forward
-under CPU autocast (bfloat16) instead, the CPU analogue roundpipe.compat chose for O1, so an
-O1 script and its migration can be compared on CPU; the function-casting decorators and
-registrations use bfloat16 as O1's low-precision type for the same reason.
+and the loss code after it (up to ``scale_loss``) under CPU autocast (bfloat16) instead, the
+CPU analogue roundpipe.compat chose for O1, so an O1 script and its migration can be
+compared on CPU; the function-casting decorators and registrations use bfloat16 as O1's
+low-precision type for the same reason.
 
 Arithmetic is apex's Python fallback: the scaled loss is ``loss.float() * S``; a new
 gradient is widened and multiplied by the Python float ``1/S``; a gradient meeting a
@@ -78,6 +79,7 @@ def initialize(
     patch_torch_functions=None,
     **_,
 ):
+    _close_casts()
     level = _LEVELS[opt_level]
     casting = opt_level == "O1" if patch_torch_functions is None else bool(patch_torch_functions)
     cast = level[0] if cast_model_type is None else cast_model_type
@@ -125,16 +127,29 @@ def _casting_forward(forward, dtype):
     return patched
 
 
+_open_casts = []  # the O1 autocast opened by a forward, closed when scale_loss is entered
+
+
 def _autocast_forward(forward):
-    """O1's casts of the model's ops, as CPU autocast (bfloat16) in this stand-in: the
-    analogue roundpipe.compat uses for O1 on CPU. Real apex patches torch's functions
-    with its own op lists, on CUDA tensors only (docs/apex.md, kept differences)."""
+    """O1's casts as CPU autocast (bfloat16) in this stand-in, the analogue roundpipe.compat
+    uses for O1 on CPU: opened by the model's forward and left open for the loss code after
+    it (apex patches torch's functions globally), closed on entering ``scale_loss`` so the
+    backward runs outside it (apex's patches do not reach backward kernels). Real apex casts
+    CUDA tensors only, with its own op lists (docs/apex.md, kept differences)."""
 
     def patched(*args, **kwargs):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return forward(*args, **kwargs)
+        if not _open_casts:
+            context = torch.autocast("cpu", dtype=torch.bfloat16)
+            context.__enter__()
+            _open_casts.append(context)
+        return forward(*args, **kwargs)
 
     return patched
+
+
+def _close_casts():
+    while _open_casts:
+        _open_casts.pop().__exit__(None, None, None)
 
 
 def _process_optimizer(optimizer, master_weights):
@@ -177,6 +192,7 @@ def _params_and_masters(optimizer):
 
 @contextlib.contextmanager
 def scale_loss(loss, optimizers, loss_id=0):
+    _close_casts()
     scaler = _amp_state.loss_scalers[loss_id]
     optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
     if not _amp_state.master_weights and not scaler.dynamic and scaler.loss_scale() == 1.0:
