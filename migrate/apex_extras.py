@@ -28,11 +28,11 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ImportAssignment
 
 from .edits import carry_comments
 from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .scaler_device import has_plain_torch
 from .syntax import code
 
 __all__ = ["EXTRAS", "plan_extra", "refusal"]
@@ -137,15 +137,7 @@ def refusal(node: cst.CSTNode, qualified: str) -> Optional[Blocked]:
 
 
 def _require_torch(facts: ModuleFacts, call: cst.Call) -> None:
-    scope = facts.scope(call)
-    bound = list(scope["torch"]) if scope is not None else []
-    plain = bound and all(
-        isinstance(a, ImportAssignment)
-        and isinstance(a.node, cst.Import)
-        and any(code(alias.name) == "torch" and alias.asname is None for alias in a.node.names)
-        for a in bound
-    )
-    if not plain:
+    if not has_plain_torch(facts, call):
         raise Blocked(call, "RPM201", f"`{code(call.func)}` becomes a torch call, but this file has no `import torch`")
 
 

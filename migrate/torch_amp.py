@@ -33,6 +33,7 @@ from .edits import drop_keeping_comments
 from .names import ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
+from .scaler_device import upstream_arguments
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 
@@ -230,9 +231,13 @@ class TorchAmpRules:
         self._follow_scaler(name, scope, depth=0)
 
     def _rewrite_constructor(self, call: cst.Call, kind) -> None:
+        upstream = upstream_arguments(self.facts, call, kind)  # the device folded into enabled=
+
         def build(updated: cst.Call) -> cst.Call:
             args = list(updated.args)
-            if kind.implied_device is not None:  # legacy wrappers: init_scale comes first
+            if upstream is not None:
+                args = upstream(args)
+            elif kind.implied_device is not None:  # legacy wrappers: init_scale comes first
                 device = cst.Arg(cst.SimpleString(f'"{kind.implied_device}"'))
                 if args:
                     device = device.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
