@@ -10,12 +10,14 @@ keep working:
 * ``with amp.scale_loss(loss, opt) as s: s.backward()`` + ``opt.step()`` -> the RoundPipe
   form with the loss's scaler ``roundpipe.compat.loss_scaler(loss_id)`` (bound once as
   ``amp_scaler`` for loss 0);
-* ``amp.master_params``, ``amp.state_dict``, ``amp.load_state_dict`` -> their
-  ``roundpipe.compat`` twins; apex imports are removed once nothing uses them.
+* ``amp.master_params``, ``amp.state_dict``, ``amp.load_state_dict`` and the function-casting
+  API (``amp.float_function``/``half_function``/``bfloat16_function``/``promote_function``,
+  ``amp.register_*_function``: apex's semantics, :mod:`roundpipe.compat.functions`) -> their
+  ``roundpipe.compat`` twins; apex imports are removed once nothing uses them;
+* apex's fused optimizers, SyncBN conversion and DDP: :mod:`migrate.apex_extras`.
 
-Everything else apex offers (``delay_unscale``, casting registrations, ``_amp_state``,
-apex DDP, the old ``amp.init``/``FP16_Optimizer`` APIs) is reported (RPM201) and the file
-is left untouched.
+Everything else apex offers (``delay_unscale``, ``_amp_state``, ``disable_casts``, LAMB...)
+is reported (RPM201) and the file is left untouched.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from .apex_attributes import HeldOnSelf
+from .apex_extras import EXTRAS, plan_extra, refusal
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .steps import StepBuilder
-from .syntax import code, only_expression
+from .syntax import calls_method, code, only_expression
 from .torch_amp import TorchAmpRules
 
 __all__ = ["plan_apex"]
@@ -39,6 +43,11 @@ _COMPAT = {
     "apex.amp.master_params": "roundpipe.compat.master_params",
     "apex.amp.state_dict": "roundpipe.compat.state_dict",
     "apex.amp.load_state_dict": "roundpipe.compat.load_state_dict",
+    **{
+        f"apex.amp.{name}": f"roundpipe.compat.{name}"
+        for cast in ("float", "half", "bfloat16", "promote")
+        for name in (f"{cast}_function", f"register_{cast}_function")
+    },
 }
 _SCALER = "amp_scaler"
 _OLD_INIT = "apex.amp.init"
@@ -56,15 +65,34 @@ class ApexStepBuilder(StepBuilder):
         super().__init__(rules, scaler, statement, loss)  # type: ignore[arg-type]
         self.optimizer = optimizer
         self.anchor = optimizer
+        self.first: cst.BaseStatement = statement
 
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
-        if isinstance(value, cst.Call) and m.matches(
-            value, m.Call(func=m.Attribute(value=m.Name(self.optimizer), attr=m.Name("step")), args=[])
-        ):
+        if _called_on(value, self.optimizer, "step") and not value.args:  # type: ignore[union-attr]
             return "step"
+        if _called_on(value, self.optimizer, "zero_grad"):
+            return "zero_grad"
         kind = super()._classify(statement)
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
+
+    # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
+    # of the torch step compare their source text here.
+    def _model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
+        return [call for call in m.findall(statement, m.Call()) if code(call.func) == model]  # type: ignore[misc]
+
+    def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+        value = only_expression(statement)
+        return _called_on(value, optimizer, "zero_grad") or _called_on(value, model, "zero_grad")
+
+    def _zero_grads_to_move(self, region, optimizer: str, model: str, found) -> List[int]:
+        found_at = super()._zero_grads_to_move(region, optimizer, model, found)
+        self.first = self.body[min([region.outer_index, *found_at])]  # where the step's code starts
+        return found_at
+
+    def _emit_forward(self, region, forward) -> None:
+        super()._emit_forward(region, forward)
+        self.rules.step_model_calls.add(forward.model_call)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self._classify(s) for s in group]
@@ -74,7 +102,7 @@ class ApexStepBuilder(StepBuilder):
 
     def _model_for(self, optimizer: str) -> str:
         scope = self.facts.scope(self.backward)
-        candidates = self.rules.models_in(scope)
+        candidates = self.rules.models_in(scope) | self.rules.held_models(self.backward)
         called = {
             name for name in candidates for statement in self.body[: self.index] if self._model_calls(statement, name)
         }
@@ -89,6 +117,19 @@ class ApexStepBuilder(StepBuilder):
     def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
         super()._group_edits(group, kinds, optimizer, model)
         for statement, kind in zip(group, kinds):
+            call = only_expression(statement)
+            if kind == "zero_grad" and "." in model and _called_on(call, model, "zero_grad"):
+                self.rules.plan.edits.replace_expression(
+                    call.func.value,
+                    lambda _: cst.parse_expression(optimizer),  # type: ignore[union-attr]
+                )
+            if kind == "clip" and "." in model:
+                for parameters in m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+                    if code(parameters.func.value) == model:  # type: ignore[union-attr]
+                        self.rules.plan.edits.replace_expression(
+                            parameters.func,  # type: ignore[union-attr]
+                            lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
+                        )
             if kind == "step":
                 call = only_expression(statement)
                 self.rules.plan.edits.replace_expression(
@@ -115,6 +156,8 @@ class ApexRules(TorchAmpRules):
         self.notes: List[Tuple[cst.CSTNode, str]] = []
         self._scaler_scopes: Set[int] = set()
         self._old_scale_loss: List[cst.Attribute] = []
+        self._held: List[HeldOnSelf] = []
+        self.step_model_calls: Set[cst.CSTNode] = set()
 
     def run(self) -> Plan:  # type: ignore[override]
         uses = self._apex_uses()
@@ -134,8 +177,12 @@ class ApexRules(TorchAmpRules):
                 self._plan_scale_loss(node)
             elif qualified in _COMPAT:
                 self._rename(node, _COMPAT[qualified])
-            elif not self._is_import(node):
-                raise Blocked(
+            elif self._is_import(node):
+                continue
+            elif qualified in EXTRAS:
+                plan_extra(self.facts, self.plan, node, qualified)
+            else:
+                raise refusal(node, qualified) or Blocked(
                     node,
                     "RPM201",
                     f"`{code(node)}` ({qualified}) has no RoundPipe "
@@ -143,6 +190,9 @@ class ApexRules(TorchAmpRules):
                 )
         for attribute in self._old_scale_loss:
             self._plan_scale_loss(attribute)
+        in_steps = self.plan.step_statements | self.plan.backward_statements | self.step_model_calls
+        for held in self._held:
+            held.plan_other_uses(self.plan, in_steps)
         self._remove_imports()
         return self.plan
 
@@ -162,6 +212,18 @@ class ApexRules(TorchAmpRules):
 
     def models_in(self, scope) -> Set[str]:
         return {name for scope_id, name in self._models if scope_id == id(scope)}
+
+    def held_models(self, at: cst.CSTNode) -> Set[str]:
+        """``self.<model>`` for the holder classes whose method ``at`` is in."""
+        found = {held.expression(held.model, at) for held in self._held}
+        return {expression for expression in found if expression is not None}
+
+    def held_optimizer(self, node: cst.BaseExpression) -> Optional[str]:
+        """``node``'s text when it is ``self.<optimizer>`` of a holder class's method."""
+        for held in self._held:
+            if held.optimizer is not None and held.held(node, held.optimizer):
+                return code(node)
+        return None
 
     def _rename(self, node: cst.CSTNode, target: str) -> None:
         self.plan.edits.replace_expression(node, lambda _: cst.parse_expression(target))
@@ -188,7 +250,9 @@ class ApexRules(TorchAmpRules):
         first = target.elements[0].value if isinstance(target, (cst.Tuple, cst.List)) else target
         names = _names(first)
         if not names:
-            raise Blocked(node, "RPM201", "amp.initialize(...) models are not bound to names")
+            self._held.append(HeldOnSelf.from_initialize(self.facts, statement, target, call))
+            self.plan.rewrites.append((statement, "amp.initialize -> roundpipe.compat.initialize (held on self)"))
+            return
         scope = self.facts.scope(small)
         for name in names:
             self._models.add((id(scope), name))
@@ -327,8 +391,9 @@ class ApexRules(TorchAmpRules):
             line = self.facts.statement_of(backward)
             if only_expression(line) is not backward or len(backward.args) != 1:
                 raise Blocked(backward, "RPM106", "optimizer.backward(loss) must stand on its own line")
-            ApexStepBuilder(self, line, backward.args[0].value, wrapped).plan()
-            self._plan_scaler_binding(line)
+            builder = ApexStepBuilder(self, line, backward.args[0].value, wrapped)
+            builder.plan()
+            self._plan_scaler_binding(line, builder.first)
 
     # ------------------------------------------------------------------ scale_loss
     def _plan_scale_loss(self, node: cst.CSTNode) -> None:
@@ -363,19 +428,24 @@ class ApexRules(TorchAmpRules):
                 )
             if keyword == "loss_id" and code(arg.value) != "0":  # loss k's own scaler, as apex
                 scaler = f"roundpipe.compat.loss_scaler({code(arg.value)})"
-        if len(positional) != 2 or not isinstance(positional[1].value, cst.Name):
+        optimizer = None
+        if len(positional) == 2:
+            value = positional[1].value
+            optimizer = value.value if isinstance(value, cst.Name) else self.held_optimizer(value)
+        if optimizer is None:
             raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
-        step = ApexStepBuilder(self, statement, positional[0].value, positional[1].value.value, scaler)
+        step = ApexStepBuilder(self, statement, positional[0].value, optimizer, scaler)
         step.plan()
-        self._plan_scaler_binding(statement)
+        self._plan_scaler_binding(statement, step.first)
 
-    def _plan_scaler_binding(self, backward: cst.With) -> None:
-        """``amp_scaler = roundpipe.compat.loss_scaler()`` once per scope, before the loop."""
+    def _plan_scaler_binding(self, backward: cst.BaseStatement, first: cst.BaseStatement) -> None:
+        """``amp_scaler = roundpipe.compat.loss_scaler()`` once per scope, before the loop, or
+        without a loop before ``first``, the step's first statement (the loss function reads it)."""
         scope = self.facts.scope(backward)
         if id(scope) in self._scaler_scopes:
             return
         self._scaler_scopes.add(id(scope))
-        anchor: cst.CSTNode = backward
+        anchor: cst.CSTNode = first
         loop = self.facts.enclosing(backward, (cst.For, cst.While, cst.FunctionDef))
         if isinstance(loop, (cst.For, cst.While)) and self.facts.scope(loop) is scope:
             anchor = loop
@@ -405,6 +475,11 @@ class ApexRules(TorchAmpRules):
         if isinstance(small, cst.Import):
             return all(code(alias.name).split(".")[0] == _APEX for alias in small.names)
         return False
+
+
+def _called_on(value: Optional[cst.BaseExpression], owner: str, method: str) -> bool:
+    """``<owner>.method(...)``, ``owner`` given as source text (``optimizer``, ``self.opt``)."""
+    return calls_method(value, method) and code(value.func.value) == owner  # type: ignore[arg-type,union-attr]
 
 
 def _names(node: cst.BaseExpression) -> List[str]:

@@ -591,8 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--exact",
         action="store_true",
-        help="emit step(..., is_async=False) and update(is_async=False) so the migrated "
-        "script reproduces the original's numbers",
+        help="emit step(..., is_async=False) (scaler.update() then follows a waited-for step) "
+        "so the migrated script reproduces the original's numbers",
     )
     parser.add_argument(
         "--report",

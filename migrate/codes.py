@@ -192,7 +192,7 @@ _CODES: Tuple[Code, ...] = (
         "RPM201",
         "apex-no-equivalent",
         "apex construct with no RoundPipe equivalent",
-        "`delay_unscale`, casting registrations, `_amp_state`, apex DDP, ...",
+        "`delay_unscale`, `disable_casts`, `_amp_state`, `FusedLAMB`, an apex argument torch has no option for, ...",
         "no RoundPipe form exists",
         "`amp.scale_loss(loss, opt, delay_unscale=True)`",
         "migrate that part by hand (docs/apex.md)",

@@ -49,8 +49,8 @@ def migrate_source(
     Args:
         source: the file's text.
         path: used in diagnostics and the report only.
-        exact: emit ``step(..., is_async=False)`` and ``update(is_async=False)`` so the
-            migrated script reproduces the original's numbers.
+        exact: emit ``step(..., is_async=False)`` so the migrated script reproduces the
+            original's numbers (the plain ``update()`` after it applies that step's result).
         force: analyse the file even when its text has no AMP marker (a project file that
             other given files import).
         state_helpers: the checkpoint helpers of other files this file calls, with their

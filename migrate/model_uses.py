@@ -57,6 +57,8 @@ class ModelUses:
             for access in self.rules._accesses(name, scope):
                 if not self.rules._runs_after(access, scope, after) or self._in_stopped_guard(access):
                     continue
+                if self.facts.statement_of(access) in self.rules.plan.replaced_statements:
+                    continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
                     self._plan_attribute(parent, access, name)

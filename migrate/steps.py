@@ -917,16 +917,13 @@ class StepBuilder:
                     self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.parse_expression(optimizer))
 
     def _update_statement(self, original: Optional[cst.BaseStatement]) -> cst.BaseStatement:
-        """``scaler.update()`` for the main thread (``is_async=False`` with --exact)."""
-        if original is not None and (not self.rules.exact or only_expression(original).args):
-            return original
-        text = f"{self.scaler}.update(is_async=False)\n" if self.rules.exact else f"{self.scaler}.update()\n"
-        update = cst.parse_statement(text)
+        """``scaler.update()`` for the main thread: the original one, kept as written, in both
+        forms. With --exact no ``is_async=False`` is needed: after ``model.step(...,
+        is_async=False)`` the step was waited for, so a plain ``update()`` applies this
+        iteration's result (torch's sequence), and the line stays valid on upstream 0.1.1."""
         if original is not None:
-            update = update.with_changes(
-                leading_lines=original.leading_lines, trailing_whitespace=original.trailing_whitespace
-            )
-        return update
+            return original
+        return cst.parse_statement(f"{self.scaler}.update()\n")
 
     def _step_body(self, updated, kinds, optimizer: str):
         """(statements for the step function, the update statement) from the step group."""

@@ -36,6 +36,7 @@ from .names import ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
+from .scaler_device import upstream_arguments
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
@@ -327,9 +328,13 @@ class TorchAmpRules:
         return self.attributes.reference(node)
 
     def _rewrite_constructor(self, call: cst.Call, kind) -> None:
+        upstream = upstream_arguments(self.facts, call, kind)  # the device folded into enabled=
+
         def build(updated: cst.Call) -> cst.Call:
             args = list(updated.args)
-            if kind.implied_device is not None:  # legacy wrappers: init_scale comes first
+            if upstream is not None:
+                args = upstream(args)
+            elif kind.implied_device is not None:  # legacy wrappers: init_scale comes first
                 device = cst.Arg(cst.SimpleString(f'"{kind.implied_device}"'))
                 if args:
                     device = device.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

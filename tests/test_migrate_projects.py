@@ -30,6 +30,7 @@ import sys
 from typing import Dict, List, Sequence
 
 import pytest
+import torch
 
 from migrate import cli
 
@@ -84,6 +85,7 @@ def run_program(folder: pathlib.Path, argv: Sequence[str] = ()) -> str:
     share module names (``trainer``, ``engine``) never see each other's code.
     """
     saved_path, saved_argv = list(sys.path), list(sys.argv)
+    saved_torch = dict(vars(torch))  # apex's register_*_function replaces torch functions
     sys.path[:0] = [str(folder), str(FAKE_APEX)]
     sys.argv = [str(folder / "main.py"), *argv]
     out = io.StringIO()
@@ -92,6 +94,7 @@ def run_program(folder: pathlib.Path, argv: Sequence[str] = ()) -> str:
             runpy.run_path(str(folder / "main.py"), run_name="__main__")
     finally:
         sys.path[:], sys.argv[:] = saved_path, saved_argv
+        vars(torch).update(saved_torch)
         for name, module in list(sys.modules.items()):
             location = getattr(module, "__file__", None) or ""
             if location.startswith(str(folder)) or location.startswith(str(FAKE_APEX)):

@@ -68,14 +68,13 @@ def test_exact_mode_only_adds_the_synchronous_flags():
     source = (ROOT / "examples" / "amp_basic.py").read_text()
     default = migrate_source(source).migrated
     exact = migrate_source(source, exact=True).migrated
-    assert exact == default.replace("model.step(_step_fn)", "model.step(_step_fn, is_async=False)").replace(
-        "scaler.update()", "scaler.update(is_async=False)"
-    )
+    assert exact == default.replace("model.step(_step_fn)", "model.step(_step_fn, is_async=False)")
+    assert "scaler.update()" in exact  # a waited-for step needs no update(is_async=False)
 
 
 def test_legacy_positional_init_scale_is_kept_as_init_scale():
     result = migrate_source((CASES / "legacy_positional.py").read_text())
-    assert 'roundpipe.GradScaler("cuda", 2.0 ** 10, 3.0, enabled=' in result.migrated
+    assert "roundpipe.GradScaler(2.0 ** 10, 3.0, enabled=torch.cuda.is_available())" in result.migrated
     assert "amp.autocast(torch.cuda.is_available())" in result.migrated  # `enabled`, untouched
 
 

@@ -120,7 +120,7 @@ import torch
 class ScalerWithGradNorm:
     def __init__(self, *, model):
         self._model = model
-        self._scaler = roundpipe.GradScaler("cuda")
+        self._scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
 
     def __call__(self, loss, optimizer, parameters=None, update_grad=True):
         self._scaler.scale(loss).backward()
@@ -196,7 +196,7 @@ RULE = Rule(
             _GRAD_NORM_WRAPPER,
             expect=(
                 "    def __init__(self, *, model):\n        self._model = model\n"
-                '        self._scaler = roundpipe.GradScaler("cuda")\n',
+                "        self._scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())\n",
                 "        self._scaler.scale(loss).backward(create_graph=create_graph)\n        if update_grad:\n"
                 "\n            def _step_fn():\n                nonlocal norm\n                if clip_grad is not None:\n",
                 "                self._scaler.step(optimizer)\n\n            self._model.step(_step_fn, is_async=False)\n"

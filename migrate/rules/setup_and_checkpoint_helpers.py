@@ -74,7 +74,7 @@ RULE = Rule(
             expect=(
                 "    model = roundpipe.RoundPipe(model, model_run_config=",
                 "    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)\n"
-                '    scaler = roundpipe.GradScaler("cuda")\n'
+                "    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())\n"
                 "    return model, optimizer, scaler\n",
                 'torch.save({"model": model.model.state_dict(), "scaler": scaler.state_dict()}, path)',
                 "        model.step(_step_fn)\n        scaler.update()\n",

@@ -69,7 +69,7 @@ RULE = Rule(
         Example(
             _OPTIONAL,
             expect=(
-                'scaler = roundpipe.GradScaler("cuda") if amp else None',
+                "scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available()) if amp else None",
                 "        if scaler is not None:\n            scaler.scale(loss).backward()\n\n"
                 "            def _step_fn():\n                scaler.step(optimizer)\n\n"
                 "            model.step(_step_fn)\n            scaler.update()\n"

@@ -20,11 +20,22 @@ Modules, one job each: :mod:`.properties` (the table and its checks), :mod:`.con
 subclass), :mod:`.optimizers` (optimizers onto the copies, ``master_params``),
 :mod:`.loss_scaler` (apex's LossScaler and the ``scale_loss`` block), :mod:`.master_grads`
 (a block's gradients unscaled onto the copies), :mod:`.steps` (skipped steps),
+:mod:`.functions` (``float_function``... and the ``register_*_function`` calls),
 :mod:`.scaler` (the loss scalers of the amp state and apex's state dict), :mod:`.frontend`
 (``initialize``). Each module's docstring lists where it deliberately differs from apex.
 """
 
 from .frontend import initialize
+from .functions import (
+    bfloat16_function,
+    float_function,
+    half_function,
+    promote_function,
+    register_bfloat16_function,
+    register_float_function,
+    register_half_function,
+    register_promote_function,
+)
 from .native_scaler import NativeScaler
 from .optimizers import master_params
 from .properties import OPT_LEVELS
@@ -33,9 +44,17 @@ from .scaler import load_state_dict, loss_scaler, state_dict
 __all__ = [
     "NativeScaler",
     "OPT_LEVELS",
+    "bfloat16_function",
+    "float_function",
+    "half_function",
     "initialize",
     "load_state_dict",
     "loss_scaler",
     "master_params",
+    "promote_function",
+    "register_bfloat16_function",
+    "register_float_function",
+    "register_half_function",
+    "register_promote_function",
     "state_dict",
 ]

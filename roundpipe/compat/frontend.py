@@ -21,6 +21,9 @@ stepping RoundPipe's optimizer copies. What each property does here:
   scaler per loss (:mod:`roundpipe.compat.loss_scaler`, :mod:`roundpipe.compat.scaler`);
   every ``forward_backward`` that scales a loss is an apex ``scale_loss`` block, unscaled
   onto the optimizer copies at its end (float32 masters under O2, in place otherwise).
+* ``patch_torch_functions`` also turns on the function-casting API
+  (:mod:`roundpipe.compat.functions`: ``float_function``... and the registrations made
+  before this call), off otherwise.
 * ``verbosity`` > 0 prints the resolved properties (on rank 0 when torch.distributed is
   initialized), as apex does.
 
@@ -52,6 +55,7 @@ from torch import nn
 
 from ..runtime import RoundPipe, _caller_location
 from .convert import convert_model_, save_float16_as_float32
+from .functions import activate_casting
 from .loss_scaler import check_bounds as _check_bounds
 from .model import AmpRoundPipe, ForwardPolicy, autocast_target
 from .optimizers import check_not_initialized, rebind_to_copies
@@ -140,6 +144,8 @@ def initialize(
             enabled=properties is not None,
         )
     )
+
+    activate_casting(properties is not None and bool(properties.patch_torch_functions))
 
     models_out = wrapped if isinstance(models, list) else wrapped[0]
     if optimizers is None:

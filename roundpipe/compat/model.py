@@ -35,6 +35,7 @@ from torch import nn
 
 from ..runtime import RoundPipe
 from .casting import cast_floating
+from .functions import low_precision_dtype
 from .loss_scaler import ScaleLossBlock
 
 __all__ = ["AmpRoundPipe", "ForwardPolicy", "autocast_target"]
@@ -86,7 +87,7 @@ def autocast_target(module: nn.Module) -> Tuple[str, torch.dtype]:
     if tensor is None:
         tensor = next(module.buffers(), None)
     device_type = "cpu" if tensor is None else tensor.device.type
-    return device_type, torch.bfloat16 if device_type == "cpu" else torch.float16
+    return device_type, low_precision_dtype(device_type)
 
 
 class AmpRoundPipe(RoundPipe):

@@ -5,6 +5,12 @@ master_params, state dicts; for the projects in tests/migrate_projects the
 function-casting decorators and registrations. CPU tensors are accepted (no CUDA checks). Written from the
 spec in plain torch; it never imports roundpipe.
 
+O1 on CPU: real apex does no casting on CPU tensors. This stand-in runs the model's forward
+and the loss code after it (up to ``scale_loss``) under CPU autocast (bfloat16) instead, the
+CPU analogue roundpipe.compat chose for O1, so an O1 script and its migration can be
+compared on CPU; the function-casting decorators and registrations use bfloat16 as O1's
+low-precision type for the same reason.
+
 Arithmetic is apex's Python fallback: the scaled loss is ``loss.float() * S``; a new
 gradient is widened and multiplied by the Python float ``1/S``; a gradient meeting a
 stashed one is ``stash.add_(new, alpha=1/S)``. Overflow is checked element by element on
@@ -18,7 +24,7 @@ import types
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-_amp_state = types.SimpleNamespace(loss_scalers=[], master_weights=False)
+_amp_state = types.SimpleNamespace(loss_scalers=[], master_weights=False, casting=False)
 
 _LEVELS = {  # cast_model_type, keep_batchnorm_fp32, master_weights, loss_scale
     "O0": (torch.float32, None, False, 1.0),
@@ -70,9 +76,12 @@ def initialize(
     verbosity=1,
     min_loss_scale=None,
     max_loss_scale=2.0**24,
+    patch_torch_functions=None,
     **_,
 ):
+    _close_casts()
     level = _LEVELS[opt_level]
+    casting = opt_level == "O1" if patch_torch_functions is None else bool(patch_torch_functions)
     cast = level[0] if cast_model_type is None else cast_model_type
     keep_bn = level[1] if keep_batchnorm_fp32 is None else keep_batchnorm_fp32
     masters = level[2] if master_weights is None else master_weights
@@ -84,6 +93,13 @@ def initialize(
         for model in model_list:
             _convert(model, cast, keep_bn)
             model.forward = _casting_forward(model.forward, cast)
+    _amp_state.casting = casting
+    if casting:
+        for model in model_list:
+            model.forward = _autocast_forward(model.forward)
+        while _registered:
+            module, name, wrap = _registered.pop(0)
+            setattr(module, name, wrap(getattr(module, name)))
     for optimizer in optimizer_list:
         _process_optimizer(optimizer, masters)
     _amp_state.master_weights = bool(masters)
@@ -109,6 +125,31 @@ def _casting_forward(forward, dtype):
         return cast(output, torch.float32)
 
     return patched
+
+
+_open_casts = []  # the O1 autocast opened by a forward, closed when scale_loss is entered
+
+
+def _autocast_forward(forward):
+    """O1's casts as CPU autocast (bfloat16) in this stand-in, the analogue roundpipe.compat
+    uses for O1 on CPU: opened by the model's forward and left open for the loss code after
+    it (apex patches torch's functions globally), closed on entering ``scale_loss`` so the
+    backward runs outside it (apex's patches do not reach backward kernels). Real apex casts
+    CUDA tensors only, with its own op lists (docs/apex.md, kept differences)."""
+
+    def patched(*args, **kwargs):
+        if not _open_casts:
+            context = torch.autocast("cpu", dtype=torch.bfloat16)
+            context.__enter__()
+            _open_casts.append(context)
+        return forward(*args, **kwargs)
+
+    return patched
+
+
+def _close_casts():
+    while _open_casts:
+        _open_casts.pop().__exit__(None, None, None)
 
 
 def _process_optimizer(optimizer, master_weights):
@@ -151,6 +192,7 @@ def _params_and_masters(optimizer):
 
 @contextlib.contextmanager
 def scale_loss(loss, optimizers, loss_id=0):
+    _close_casts()
     scaler = _amp_state.loss_scalers[loss_id]
     optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
     if not _amp_state.master_weights and not scaler.dynamic and scaler.loss_scale() == 1.0:
@@ -217,37 +259,80 @@ def load_state_dict(state):
 
 
 # ----------------------------------------------------------- function casting (apex §6)
-_registered = []  # (module, name, cast): recorded only; the stand-in patches nothing
+# apex's wrappers cast only while O1's casting is active (after initialize with
+# patch_torch_functions); registrations made before initialize are applied by it. The
+# low-precision type is bfloat16 here, the O1 type of this stand-in (see _autocast_forward).
+_registered = []  # (module, name, wrapper factory) waiting for initialize
+
+
+def _cast(value, dtype):
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(dtype)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
 
 
 def _cast_args(fn, dtype):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        def cast(value):
-            return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+        if not getattr(_amp_state, "casting", False):
+            return fn(*args, **kwargs)
+        return fn(*[_cast(a, dtype) for a in args], **{k: _cast(v, dtype) for k, v in kwargs.items()})
 
-        return fn(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
+    return wrapper
+
+
+def _promote_args(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        values = [*args, *kwargs.values()]
+        dtypes = {v.dtype for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()}
+        if not getattr(_amp_state, "casting", False) or len(dtypes) <= 1:
+            return fn(*args, **kwargs)
+        if dtypes != {torch.bfloat16, torch.float32}:
+            raise NotImplementedError(f"Do not know how to handle these types to promote: {dtypes}")
+        return fn(*[_cast(a, torch.float32) for a in args], **{k: _cast(v, torch.float32) for k, v in kwargs.items()})
 
     return wrapper
 
 
 def float_function(fn):
-    """Decorator: run ``fn`` with its floating tensor arguments cast to fp32."""
+    """Decorator: under O1, ``fn`` gets its floating tensor arguments cast to fp32."""
     return _cast_args(fn, torch.float32)
 
 
 def half_function(fn):
-    """Decorator: run ``fn`` with its floating tensor arguments cast to fp16."""
-    return _cast_args(fn, torch.float16)
+    """Decorator: under O1, ``fn`` gets its floating tensor arguments in O1's low precision."""
+    return _cast_args(fn, torch.bfloat16)
+
+
+def bfloat16_function(fn):
+    return _cast_args(fn, torch.bfloat16)
+
+
+def promote_function(fn):
+    """Decorator: under O1, mixed-precision floating arguments are all cast to fp32."""
+    return _promote_args(fn)
+
+
+def _register(module, name, wrap):
+    if not hasattr(module, name):
+        raise ValueError(f"No function named {name} in module {module}.")
+    _registered.append((module, name, wrap))
 
 
 def register_float_function(module, name):
-    _registered.append((module, name, "float"))
+    _register(module, name, float_function)
 
 
 def register_half_function(module, name):
-    _registered.append((module, name, "half"))
+    _register(module, name, half_function)
+
+
+def register_bfloat16_function(module, name):
+    _register(module, name, bfloat16_function)
 
 
 def register_promote_function(module, name):
-    _registered.append((module, name, "promote"))
+    _register(module, name, promote_function)

@@ -1,4 +1,5 @@
-"""``apex.optimizers`` stand-in: FusedAdam as the torch optimizer with its update rule."""
+"""``apex.optimizers`` stand-in: FusedAdam and FusedSGD as the torch optimizers with their update
+rules (apex's CUDA kernels are not reproduced bit for bit)."""
 
 import torch
 
@@ -27,3 +28,23 @@ class FusedAdam(torch.optim.AdamW):
             torch.optim.Adam.__init__(
                 self, params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad
             )
+
+
+class FusedSGD(torch.optim.SGD):
+    """apex's FusedSGD signature; ``wd_after_momentum=False`` (the default) is SGD's rule."""
+
+    def __init__(
+        self,
+        params,
+        lr,
+        momentum=0.0,
+        dampening=0.0,
+        weight_decay=0.0,
+        nesterov=False,
+        wd_after_momentum=False,
+        materialize_master_grads=True,
+        set_grad_none=False,
+    ):
+        if wd_after_momentum:
+            raise NotImplementedError("stand-in: wd_after_momentum=True")
+        super().__init__(params, lr, momentum, dampening, weight_decay, nesterov)

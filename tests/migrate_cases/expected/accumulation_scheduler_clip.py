@@ -11,7 +11,7 @@ def main(loader, accum_steps=4):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.AdamW(model.optim_parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
-    scaler = roundpipe.GradScaler("cpu", init_scale=1024.0)
+    scaler = roundpipe.GradScaler(init_scale=1024.0)
 
     for i, (x, y) in enumerate(loader):
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -13,7 +13,7 @@ def run(model, batches, use_amp):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
 
     opt = torch.optim.Adam(model.optim_parameters())
-    scaler = roundpipe.GradScaler("cuda", enabled=use_amp)
+    scaler = roundpipe.GradScaler(enabled=use_amp and torch.cuda.is_available())
     for batch in batches:
         inputs, labels = batch
         with ac("cuda", enabled=use_amp):
@@ -30,5 +30,5 @@ def run(model, batches, use_amp):
 
         model.step(_step_fn)
         scaler.update()
-    spare = roundpipe.GradScaler("cuda", enabled=False)  # the legacy alias, never stepped
+    spare = roundpipe.GradScaler(enabled=False)  # the legacy alias, never stepped
     print(spare.get_scale())

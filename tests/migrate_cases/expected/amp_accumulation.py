@@ -25,7 +25,7 @@ def main():
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
-    scaler = roundpipe.GradScaler(device)
+    scaler = roundpipe.GradScaler(enabled=device != "cuda" or torch.cuda.is_available())
 
     accum_steps = 4
     num_iters = 24  # 6 optimizer steps

@@ -34,7 +34,7 @@ def main():
     criterion = nn.MSELoss()
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.AdamW(model.optim_parameters(), lr=3e-3, weight_decay=0.01)
-    scaler = roundpipe.GradScaler(device)
+    scaler = roundpipe.GradScaler(enabled=device != "cuda" or torch.cuda.is_available())
 
     batches = make_batches(num_batches=8, batch_size=32, in_features=16, device=device)
 

@@ -23,7 +23,11 @@ def main():
     criterion = nn.MSELoss()
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.05, momentum=0.9)
-    scaler = roundpipe.GradScaler(device, init_scale=2.0**8, growth_interval=3)
+    scaler = roundpipe.GradScaler(
+        init_scale=2.0**8,
+        growth_interval=3,
+        enabled=device != "cuda" or torch.cuda.is_available(),
+    )
 
     weights = torch.randn(12, 1)
     for step in range(10):

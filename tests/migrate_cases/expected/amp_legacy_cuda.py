@@ -29,7 +29,7 @@ def main():
     optimizer = torch.optim.Adam(model.optim_parameters(), lr=1e-2)
 
     # Positional first argument is init_scale.
-    scaler = roundpipe.GradScaler("cuda", 1024.0, enabled=use_amp)
+    scaler = roundpipe.GradScaler(1024.0, enabled=use_amp and torch.cuda.is_available())
 
     images = torch.randn(8, 6, 1, 8, 8)
     labels = torch.randint(0, 3, (8, 6))

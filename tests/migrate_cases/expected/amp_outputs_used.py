@@ -30,7 +30,7 @@ def main():
     criterion = nn.CrossEntropyLoss()
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.Adam(model.optim_parameters(), lr=2e-2)
-    scaler = roundpipe.GradScaler(device)
+    scaler = roundpipe.GradScaler(enabled=device != "cuda" or torch.cuda.is_available())
 
     # A learnable synthetic task: the label is the argmax of a fixed projection.
     projection = torch.randn(8, num_classes)

@@ -63,7 +63,7 @@ def main():
     model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.Adam(model.optim_parameters(), lr=5e-3)
-    scaler = roundpipe.GradScaler(device)
+    scaler = roundpipe.GradScaler(enabled=device != "cuda" or torch.cuda.is_available())
 
     def make_batches(n):
         return [(torch.randn(16, 10).to(device), torch.randn(16, 2).to(device)) for _ in range(n)]

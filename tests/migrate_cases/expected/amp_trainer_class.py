@@ -21,7 +21,9 @@ class Trainer:
         )
         self.optimizer = torch.optim.Adam(self.model.optim_parameters(), lr=lr)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3, gamma=0.5)
-        self.scaler = roundpipe.GradScaler(device)  # disables itself where the device has no AMP
+        self.scaler = roundpipe.GradScaler(
+            enabled=device != "cuda" or torch.cuda.is_available(),
+        )  # disables itself where the device has no AMP
         self.criterion = nn.MSELoss()
         self.global_step = 0
 

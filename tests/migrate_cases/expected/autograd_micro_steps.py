@@ -13,7 +13,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 def train(model, get_batch, max_iters, micro_steps, dtype, grad_clip):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.AdamW(model.optim_parameters(), lr=6e-4)
-    scaler = roundpipe.GradScaler("cuda", enabled=(dtype == "float16"))
+    scaler = roundpipe.GradScaler(enabled=(dtype == "float16") and torch.cuda.is_available())
     ctx = contextlib.nullcontext() if dtype == "float32" else torch.autocast("cuda", dtype=torch.float16)
     x, y = get_batch()
     for it in range(max_iters):

@@ -6,7 +6,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 def main(model, loader, val_x):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)
-    scaler = roundpipe.GradScaler("cpu")
+    scaler = roundpipe.GradScaler()
     for x, y in loader:
 
         def _loss_fn(_outputs, y):

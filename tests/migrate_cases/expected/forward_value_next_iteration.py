@@ -13,7 +13,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 
 
 def train(model, optimizer, batches):
-    scaler = roundpipe.GradScaler("cuda")
+    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
     for step, (x, y) in enumerate(batches):
         if step:
             print(f"previous aux {aux.item():.4f}")

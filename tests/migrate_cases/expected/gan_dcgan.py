@@ -16,7 +16,7 @@ def main():
     optimizerD = torch.optim.Adam(netD.optim_parameters(), lr=2e-3, betas=(0.5, 0.999))
     netG = roundpipe.RoundPipe(netG, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizerG = torch.optim.Adam(netG.optim_parameters(), lr=2e-3, betas=(0.5, 0.999))
-    scaler = roundpipe.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+    scaler = roundpipe.GradScaler(init_scale=1024.0, growth_interval=3)
     gen = torch.Generator().manual_seed(7)
     real_label, fake_label = 1.0, 0.0
     for i in range(8):

@@ -14,7 +14,7 @@ def main():
     dec = roundpipe.RoundPipe(dec, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     opt_dec = torch.optim.SGD(dec.optim_parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt_dec, 2, 0.5)
-    scaler = roundpipe.GradScaler("cpu", init_scale=2.0**20, growth_interval=2)
+    scaler = roundpipe.GradScaler(init_scale=2.0**20, growth_interval=2)
     gen = torch.Generator().manual_seed(3)
     for i in range(8):
         x = torch.randn(16, 8, generator=gen)

@@ -20,8 +20,8 @@ def train(netG, netD, steps):
     opt_g = torch.optim.Adam(netG.optim_parameters(), lr=1e-3, betas=(0.0, 0.9))
     netD = roundpipe.RoundPipe(netD, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     opt_d = torch.optim.Adam(netD.optim_parameters(), lr=4e-3, betas=(0.0, 0.9))
-    scaler_g = roundpipe.GradScaler("cpu", init_scale=2.0**6, growth_interval=2)
-    scaler_d = roundpipe.GradScaler("cpu", init_scale=2.0**12, growth_interval=3)
+    scaler_g = roundpipe.GradScaler(init_scale=2.0**6, growth_interval=2)
+    scaler_d = roundpipe.GradScaler(init_scale=2.0**12, growth_interval=3)
     gen = torch.Generator().manual_seed(20)
     for i in range(steps):
         real = torch.rand(16, 8, generator=gen) * 2 - 1

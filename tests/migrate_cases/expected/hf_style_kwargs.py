@@ -7,7 +7,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 model = build_model().cuda()
 model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
 optimizer = torch.optim.AdamW(model.optim_parameters(), lr=5e-5)
-scaler = roundpipe.GradScaler("cuda")
+scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
 for epoch in range(3):
     for batch in loader:
         batch = {k: v.cuda() for k, v in batch.items()}

@@ -19,7 +19,7 @@ import torch.nn.functional as F  # noqa: E402  (late import, after module code)
 model = torch.nn.Linear(8, 2)
 model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH_2))
 optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)
-scaler = roundpipe.GradScaler("cpu")
+scaler = roundpipe.GradScaler()
 
 
 def train(loader):

@@ -8,7 +8,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 def train(model, data, lr):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=lr)
-    scaler = roundpipe.GradScaler("cuda", 2.0 ** 10, 3.0, enabled=torch.cuda.is_available())  # legacy spelling
+    scaler = roundpipe.GradScaler(2.0 ** 10, 3.0, enabled=torch.cuda.is_available())  # legacy spelling
     for x, y in data:
         with amp.autocast(torch.cuda.is_available()):
 

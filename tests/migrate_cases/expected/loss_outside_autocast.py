@@ -8,7 +8,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 def train(model, batches, device):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)
-    scaler = roundpipe.GradScaler(device)
+    scaler = roundpipe.GradScaler(enabled=device != "cuda" or torch.cuda.is_available())
     for x, y in batches:
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
 

@@ -17,7 +17,7 @@ class NativeScalerWithGradNormCount:
 
     def __init__(self, *, model):
         self._model = model
-        self._scaler = roundpipe.GradScaler("cuda")
+        self._scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
 
     def __call__(self, loss, optimizer, clip_grad=None, parameters=None, create_graph=False, update_grad=True):
         self._scaler.scale(loss).backward(create_graph=create_graph)

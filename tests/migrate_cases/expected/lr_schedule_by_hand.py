@@ -23,7 +23,7 @@ def main():
     model = nn.Linear(8, 1)
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=lr_at(0))
-    scaler = roundpipe.GradScaler("cpu")
+    scaler = roundpipe.GradScaler()
     batches = [(torch.randn(16, 8), torch.randn(16, 1)) for _ in range(8)]
     for step, (x, y) in enumerate(batches):
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -51,6 +51,6 @@ def main(loader):
     criterion = torch.nn.CrossEntropyLoss()
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)
-    scaler = roundpipe.GradScaler("cuda")
+    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
     for epoch in range(3):
         train(loader, model, criterion, optimizer, scaler, [], [])

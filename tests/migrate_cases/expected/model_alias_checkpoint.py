@@ -15,7 +15,7 @@ def main(loader, path):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.AdamW(model.optim_parameters(), lr=1e-3)
     raw_model = model
-    scaler = roundpipe.GradScaler("cuda")
+    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
     for x, y in loader:
         with torch.autocast("cuda"):
 

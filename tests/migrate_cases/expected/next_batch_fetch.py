@@ -19,7 +19,7 @@ def main():
     model = nn.Linear(8, 1)
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.01)
-    scaler = roundpipe.GradScaler("cpu", init_scale=2.0 ** 127)
+    scaler = roundpipe.GradScaler(init_scale=2.0 ** 127)
     data = iter([(torch.randn(16, 8), 10 * torch.randn(16, 1)) for _ in range(13)])
     seen = 0
     x, y = next(data)

@@ -9,7 +9,7 @@ def train(model, head, data):
     opt_a = torch.optim.SGD(model.optim_parameters(), lr=0.1)
     head = roundpipe.RoundPipe(head, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     opt_b = torch.optim.SGD(head.optim_parameters(), lr=0.1)
-    scaler = roundpipe.GradScaler("cuda")
+    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())
     for x, y in data:
         loss = (head(model(x)) - y).pow(2).mean()
         scaler.scale(loss).backward()

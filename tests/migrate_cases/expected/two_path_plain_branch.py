@@ -10,7 +10,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 def train(model, loader, use_amp, clip):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1, momentum=0.9)
-    scaler = roundpipe.GradScaler("cuda") if use_amp else None
+    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available()) if use_amp else None
     for x, y in loader:
         model.synchronize()
         optimizer.zero_grad()

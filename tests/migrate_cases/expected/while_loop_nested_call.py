@@ -8,7 +8,7 @@ NUM_MICROBATCH = 1  # roundpipe-migrate: microbatches per batch; mean losses are
 def train(model, loader, max_steps):
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.01)
-    scaler = roundpipe.GradScaler("cpu", growth_interval=100)
+    scaler = roundpipe.GradScaler(growth_interval=100)
     step = 0
     it = iter(loader)
     while step < max_steps:

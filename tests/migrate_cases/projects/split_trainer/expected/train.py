@@ -14,7 +14,7 @@ def main():
     model = Regressor()
     model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.05, momentum=0.9)
-    scaler = roundpipe.GradScaler("cpu", init_scale=1024.0)
+    scaler = roundpipe.GradScaler(init_scale=1024.0)
     batches = [(torch.randn(16, 8), torch.randn(16, 1)) for _ in range(8)]
     for step, (x, y) in enumerate(batches):
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -1,0 +1,179 @@
+"""``amp.initialize`` results held on ``self``: one simple class.
+
+The shape (a trainer class building its model and optimizer in a method)::
+
+    class Learner:
+        def __init__(self):
+            self.model = ...
+            self.optimizer = torch.optim.SGD(self.model.parameters(), ...)
+            self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)
+
+        def fit_batch(self, x, y): ...          # the step, on self.model / self.optimizer
+        def checkpoint(self): ... self.model.state_dict() ... self.optimizer.state_dict()
+        def restore(self, state): ... load_state_dict(...)
+
+:class:`HeldOnSelf` checks that ``initialize`` rebinds the same two attributes of the
+method's own ``self`` (or one, for a model-only call), directly in a method of a class.
+After the steps are planned, :meth:`HeldOnSelf.plan_other_uses` walks every ``.model`` /
+``.optimizer`` attribute of the module (by the attribute names): those of the class's own
+``self`` outside the steps may only read or load state dicts or switch train/eval mode; they
+get ``self.model.synchronize()`` before them (the newest weights, no running step), and the
+model's state dicts go through the wrapped module (``self.model.model.state_dict()``) so the
+keys stay the module's. Anything else (an attribute of another object, a nested function,
+a subclass, another use) refuses the file (RPM201) naming the statement: following the
+objects further is the general attribute-following of the torch path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from .names import ModuleFacts
+from .plan import Blocked, Plan
+from .syntax import code
+
+__all__ = ["HeldOnSelf"]
+
+_MODEL_STATE = ("state_dict", "load_state_dict")
+_MODES = ("train", "eval")
+
+
+@dataclass
+class HeldOnSelf:
+    """The class whose instances hold ``initialize``'s model (and optimizer) attributes."""
+
+    facts: ModuleFacts
+    owner: cst.ClassDef
+    model: str  # attribute name of the model
+    optimizer: Optional[str]  # attribute name of the optimizer (None: model-only call)
+    statement: cst.BaseStatement  # the initialize line
+
+    @classmethod
+    def from_initialize(
+        cls, facts: ModuleFacts, statement: cst.BaseStatement, target: cst.BaseExpression, call: cst.Call
+    ) -> "HeldOnSelf":
+        """The holder of ``<target> = amp.initialize(...)``; :class:`Blocked` for any other shape."""
+        why = (
+            f"`{code(target)} = amp.initialize(...)`: only `self.model, self.optimizer = "
+            "amp.initialize(self.model, self.optimizer, ...)` in a method of a class is followed"
+        )
+        targets = list(target.elements) if isinstance(target, (cst.Tuple, cst.List)) else [target]
+        values = [t.value if isinstance(t, cst.Element) else t for t in targets]
+        positional = [a.value for a in call.args if a.keyword is None]
+        method = facts.enclosing(statement, (cst.FunctionDef,))
+        owner = facts.parent(facts.parent(method)) if method is not None else None
+        own = _self_name(method) if isinstance(method, cst.FunctionDef) else None
+        attributes = [
+            v.attr.value
+            for v in values
+            if isinstance(v, cst.Attribute) and _name_of(v.value) == own and own is not None
+        ]
+        if (
+            not isinstance(owner, cst.ClassDef)
+            or len(attributes) != len(values)
+            or len(values) not in (1, 2)
+            or len(positional) != len(values)
+            or any(code(p) != code(v) for p, v in zip(positional, values))
+        ):
+            raise Blocked(call, "RPM201", why)
+        return cls(facts, owner, attributes[0], attributes[1] if len(attributes) == 2 else None, statement)
+
+    def expression(self, attribute: str, at: cst.CSTNode) -> Optional[str]:
+        """``self.<attribute>`` as the method enclosing ``at`` spells it, if that method is a
+        method of the holder class; else None."""
+        method = self.facts.enclosing(at, (cst.FunctionDef,))
+        if not isinstance(method, cst.FunctionDef) or self.facts.parent(self.facts.parent(method)) is not self.owner:
+            return None
+        own = _self_name(method)
+        return f"{own}.{attribute}" if own else None
+
+    def held(self, node: cst.CSTNode, attribute: str) -> bool:
+        """``node`` is ``self.<attribute>`` of a method of the holder class."""
+        expected = self.expression(attribute, node)
+        return expected is not None and isinstance(node, cst.Attribute) and code(node) == expected
+
+    def plan_other_uses(self, plan: Plan, in_steps: Set[cst.CSTNode]) -> None:
+        """Synchronize and redirect the uses outside the steps (``in_steps``: nodes the step
+        rewrites cover); :class:`Blocked` for a use that is not followed."""
+        attributes = {self.model, self.optimizer} - {None}
+        synced: Set[Tuple[int, int]] = set()
+        for node in self.facts.subtree(self.facts.module, cst.Attribute):
+            if node.attr.value not in attributes or any(a in in_steps for a in self.facts.ancestors(node)):
+                continue
+            statement = self.facts.statement_of(node)
+            if statement is self.statement or self._builds(node, statement):
+                continue
+            attribute = node.attr.value
+            if not self.held(node, attribute):
+                raise Blocked(
+                    node,
+                    "RPM201",
+                    f"`{code(node)}` is not `self.{attribute}` of a method of class {self.owner.name.value}, "
+                    "which holds amp.initialize's results; uses through other objects, nested functions or "
+                    "subclasses are not followed; migrate by hand",
+                )
+            method = self._method_called(node)
+            allowed = _MODEL_STATE + _MODES if attribute == self.model else _MODEL_STATE
+            if method not in allowed:
+                raise Blocked(
+                    statement,
+                    "RPM201",
+                    f"`{code(node)}` is used here other than for its state dict"
+                    f"{' or train/eval mode' if attribute == self.model else ''}, outside the training step; "
+                    "migrate by hand",
+                )
+            if attribute == self.model and method in _MODEL_STATE:
+                plan.edits.replace_expression(
+                    node, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
+                )
+            if method != "train":
+                self._synchronize_before(plan, statement, self.expression(self.model, node) or "", synced)
+
+    def _builds(self, node: cst.Attribute, statement: cst.BaseStatement) -> bool:
+        """``node`` is in the method of the initialize line, before it (where the model and
+        optimizer are built)."""
+        method = self.facts.enclosing(self.statement, (cst.FunctionDef,))
+        return (
+            method is not None
+            and self.facts.within(node, method)
+            and self.facts.order(statement) < self.facts.order(self.statement)
+            and self.held(node, node.attr.value)
+        )
+
+    def _method_called(self, node: cst.Attribute) -> Optional[str]:
+        outer = self.facts.parent(node)
+        call = self.facts.parent(outer) if isinstance(outer, cst.Attribute) else None
+        if isinstance(outer, cst.Attribute) and isinstance(call, cst.Call) and call.func is outer:
+            return outer.attr.value
+        return None
+
+    def _synchronize_before(
+        self, plan: Plan, statement: cst.BaseStatement, model: str, synced: Set[Tuple[int, int]]
+    ) -> None:
+        """``model.synchronize()`` before ``statement``, once for a run of such statements
+        (``synced``: the (block, index) pairs already covered)."""
+        block = self.facts.parent(statement)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            raise Blocked(statement, "RPM201", "a state-dict use that is not a statement of a block; migrate by hand")
+        index = list(block.body).index(statement)
+        covered = (id(block), index - 1) in synced or (id(block), index) in synced
+        synced.add((id(block), index))
+        if covered:
+            return
+        plan.edits.insert_before(block, index, [cst.parse_statement(f"{model}.synchronize()\n")])
+        plan.rewrites.append((statement, f"{model}.synchronize() before reading or loading state"))
+
+
+def _self_name(method: cst.FunctionDef) -> Optional[str]:
+    """The name of a method's instance parameter (None for static and class methods)."""
+    if any(code(d.decorator) in ("staticmethod", "classmethod") for d in method.decorators):
+        return None
+    params: List[cst.Param] = list(method.params.params)
+    return params[0].name.value if params else None
+
+
+def _name_of(node: cst.BaseExpression) -> Optional[str]:
+    return node.value if isinstance(node, cst.Name) else None
