@@ -220,16 +220,8 @@ class ModelUses:
                 )
 
     def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
-        call = self.facts.parent(arg)
-        function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
-        if function is None or not isinstance(call, cst.Call):
-            return None
-        try:
-            param = self.rules._parameter_for(call, function, arg)
-        except Blocked:
-            return None
-        scope = self.facts.scope(function.body.body[0])
-        return (scope, param, 0) if scope is not None else None
+        fed = self.rules.parameter_fed_by(arg)
+        return (*fed, 0) if fed is not None else None
 
     def _synchronize_before(self, node: cst.CSTNode, name: str, why: str = "before evaluation/saving") -> None:
         statement = self.facts.statement_of(node)

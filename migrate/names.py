@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 import libcst as cst
 from libcst.metadata import BatchableMetadataProvider, FunctionScope, PositionProvider, Scope, ScopeProvider
 
-__all__ = ["ModuleFacts", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
+__all__ = ["ModuleFacts", "SCALER_STATE_METHODS", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
 N = TypeVar("N", bound=cst.CSTNode)
 
@@ -40,6 +40,21 @@ PARALLEL_WRAPPERS = {
     "torch.nn.parallel.distributed.DistributedDataParallel",
     "apex.parallel.DistributedDataParallel",
 }
+#: Scaler methods that read or restore its state (or its growth settings): allowed anywhere.
+SCALER_STATE_METHODS = frozenset(
+    {
+        "state_dict",
+        "load_state_dict",
+        "get_scale",
+        "is_enabled",
+        "get_growth_factor",
+        "get_backoff_factor",
+        "get_growth_interval",
+        "set_growth_factor",
+        "set_backoff_factor",
+        "set_growth_interval",
+    }
+)
 CLIP_FUNCTIONS = {
     "torch.nn.utils.clip_grad_norm_",
     "torch.nn.utils.clip_grad_value_",

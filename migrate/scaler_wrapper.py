@@ -56,6 +56,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Scope
 
+from .names import SCALER_STATE_METHODS
 from .optimizer_writes import optimizer_writes
 from .plain_path import PlainStepBuilder, _other_branch
 from .plan import Binding, Blocked
@@ -67,21 +68,6 @@ if TYPE_CHECKING:
 
 __all__ = ["WrapperContext", "WrapperClass", "ScalerWrappers"]
 
-#: Scaler methods the wrapper's other methods may call: they read or restore its state.
-_STATE_METHODS = frozenset(
-    {
-        "state_dict",
-        "load_state_dict",
-        "get_scale",
-        "is_enabled",
-        "get_growth_factor",
-        "get_backoff_factor",
-        "get_growth_interval",
-        "set_growth_factor",
-        "set_backoff_factor",
-        "set_growth_interval",
-    }
-)
 #: Loss-scaler wrappers of libraries the tool knows -> their RoundPipe drop-in.
 LIBRARY_WRAPPERS: Dict[str, str] = {
     "timm.utils.NativeScaler": "roundpipe.compat.NativeScaler",
@@ -347,7 +333,7 @@ class ScalerWrappers:
             ):
                 continue
             parent = self.facts.parent(attribute)
-            if not (isinstance(parent, cst.Attribute) and parent.attr.value in _STATE_METHODS):
+            if not (isinstance(parent, cst.Attribute) and parent.attr.value in SCALER_STATE_METHODS):
                 raise Blocked(
                     attribute,
                     "RPM111",
@@ -462,7 +448,7 @@ class ScalerWrappers:
                 if isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_instance_call(parent)
                 elif isinstance(parent, cst.Arg):
-                    target = self._local_parameter(parent)
+                    target = self.rules.parameter_fed_by(parent)
                     if target is not None:
                         instances.append(target)
         if built:
@@ -653,18 +639,6 @@ class ScalerWrappers:
         _PlainPathBesideWrapper(self.rules, backwards[0], backward.func.value, step).plan()  # type: ignore[arg-type]
         owner = self.facts.parent(block)
         return self.facts.parent(owner) if isinstance(owner, cst.Else) else owner  # type: ignore[return-value]
-
-    def _local_parameter(self, arg: cst.Arg) -> Optional[Tuple[Scope, str]]:
-        call = self.facts.parent(arg)
-        function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
-        if function is None or not isinstance(call, cst.Call) or not function.body.body:
-            return None
-        try:
-            param = self.rules._parameter_for(call, function, arg)
-        except Blocked:
-            return None
-        scope = self.facts.scope(function.body.body[0])
-        return (scope, param) if scope is not None else None
 
     def _plan_checkpoint_helpers(self) -> None:
         """A wrapped model handed to a checkpoint helper of another file (which only saves

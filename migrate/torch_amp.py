@@ -28,11 +28,11 @@ from typing import Callable, List, Optional, Set, Tuple, TypeVar, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import BaseAssignment
+from libcst.metadata import BaseAssignment, Scope
 
 from .attributes import InstanceAttributes, InstanceFamily
 from .edits import drop_keeping_comments
-from .names import ModuleFacts, argument_for
+from .names import SCALER_STATE_METHODS, ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
@@ -357,18 +357,7 @@ class TorchAmpRules:
                     self._collect(self._plan_backward, access, name)  # each step: its own blocker
                 elif method in ("unscale_", "step", "update"):
                     self._step_method_uses.append(access)
-                elif method in (
-                    "get_scale",
-                    "state_dict",
-                    "load_state_dict",
-                    "is_enabled",
-                    "get_growth_factor",
-                    "get_backoff_factor",
-                    "get_growth_interval",
-                    "set_growth_factor",
-                    "set_backoff_factor",
-                    "set_growth_interval",
-                ):
+                elif method in SCALER_STATE_METHODS:
                     continue
                 else:
                     raise Blocked(access, "RPM104", f"GradScaler method {method!r} is not migrated")
@@ -402,6 +391,21 @@ class TorchAmpRules:
             )
         param = self._parameter_for(call, function, arg)
         self._follow_scaler(param, self.facts.scope(function.body.body[0]), depth + 1)
+
+    def parameter_fed_by(self, arg: cst.Arg) -> Optional[Tuple[Scope, str]]:
+        """(the scope, the parameter) of the same-file function that the call around ``arg``
+        feeds it to; None when the callee is not a function of this file or the argument
+        cannot be matched to one parameter."""
+        call = self.facts.parent(arg)
+        function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
+        if function is None or not isinstance(call, cst.Call) or not function.body.body:
+            return None
+        try:
+            param = self._parameter_for(call, function, arg)
+        except Blocked:
+            return None
+        scope = self.facts.scope(function.body.body[0])
+        return (scope, param) if scope is not None else None
 
     def _parameter_for(self, call: cst.Call, function: cst.FunctionDef, arg: cst.Arg) -> str:
         names = [p.name.value for p in function.params.params]
