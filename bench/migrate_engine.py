@@ -48,6 +48,7 @@ from migrate.project import migrate_project  # noqa: E402
 _SPEC = importlib.util.spec_from_file_location("bench_migrate", REPO / "bench" / "migrate.py")
 assert _SPEC is not None and _SPEC.loader is not None
 trees = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = trees  # its dataclasses look their module up while it runs
 _SPEC.loader.exec_module(trees)
 
 #: Repeated to make files of a given size: a training loop with unscale_, clipping and step.
