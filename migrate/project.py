@@ -362,6 +362,8 @@ def _instance_attribute_use(
             bound.update({here: there for here, there in edge.names if there in classes})
             if edge.module_alias:
                 bound.update({f"{edge.module_alias}.{c}": c for c in classes})
+    if not bound:  # the file does not import the classes: no instance of them to read
+        return None
     instances: Dict[str, str] = {}
     for node in ast.walk(project_file.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
