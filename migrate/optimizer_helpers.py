@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from .origins import origins
-from .plan import Binding, Blocked
+from .origins import parameters_fed
+from .plan import Binding
 
 if TYPE_CHECKING:
     from .steps import StepBuilder
@@ -92,14 +92,7 @@ def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
     if step_scope is built.scope:
         candidates = [name]
     elif isinstance(function, cst.FunctionDef):
-        candidates = []
-        for param in function.params.params:
-            try:
-                reached = origins(step.rules, param.name.value, function.body.body[0])
-            except Blocked:
-                continue
-            if any(o.name == name and o.scope is built.scope for o in reached):
-                candidates.append(param.name.value)
+        candidates = list(parameters_fed(step.rules, function, name, built.scope))
     else:
         candidates = []
     return [c for c in candidates if step._model_calls(root, c)][:1]

@@ -9,7 +9,7 @@ has two origins for its optimizer parameter, and each is wrapped where it is bui
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Iterator, List
 
 import libcst as cst
 from libcst.metadata import Scope
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
-__all__ = ["origins", "exclusive", "INLINE"]
+__all__ = ["origins", "exclusive", "parameters_fed", "INLINE"]
 
 #: the name of an origin that is a call written in an argument: it binds no name
 INLINE = ""
@@ -100,3 +100,16 @@ def exclusive(facts: "ModuleFacts", first: cst.CSTNode, second: cst.CSTNode) -> 
             in_body = [facts.within(node, ancestor.body) for node in (first, second)]
             return in_body[0] != in_body[1]
     return False
+
+
+def parameters_fed(rules: "TorchAmpRules", function: cst.FunctionDef, name: str, scope: object) -> Iterator[str]:
+    """The parameters of ``function`` through which its callers pass what ``name`` of
+    ``scope`` (another scope) holds, in parameter order (lazily: a caller that needs the
+    first one follows no further parameter)."""
+    for param in function.params.params:
+        try:
+            reached = origins(rules, param.name.value, function.body.body[0])
+        except Blocked:
+            continue
+        if any(o.name == name and o.scope is scope for o in reached):
+            yield param.name.value

@@ -22,7 +22,7 @@ from .edits import carry_comments, drop_keeping_comments
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import optimizer_writes
-from .origins import INLINE, exclusive, origins
+from .origins import INLINE, exclusive, origins, parameters_fed
 from .parallel import parallel_call
 from .plan import Binding, Blocked
 from .step_values import (
@@ -426,15 +426,10 @@ class StepBuilder:
         if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
             return model_outer
         function = self.facts.function_of(step_scope)
-        if function is not None:
-            for param in function.params.params:
-                try:
-                    reached = origins(self.rules, param.name.value, function.body.body[0])
-                except Blocked:
-                    continue
-                if any(outer.name == model_outer and outer.scope is built.scope for outer in reached):
-                    self._wrapped_parameter(function, param.name.value)
-                    return param.name.value
+        fed = next(parameters_fed(self.rules, function, model_outer, built.scope), None) if function else None
+        if fed is not None:
+            self._wrapped_parameter(function, fed)  # type: ignore[arg-type]
+            return fed
         return model_outer
 
     def _wrapped_parameter(self, function: cst.FunctionDef, name: str) -> None:

@@ -421,8 +421,8 @@ class TorchAmpRules:
         if "." in name:  # `self.optimizer`: bound once in a method of the class
             return self.attributes.binding(name, at)
         scope = self.facts.scope(at)
-        assignments = list(scope[name]) if scope is not None else []
-        if not assignments:
+        assignments = [a for a in scope[name] if hasattr(a, "node")] if scope is not None else []
+        if not assignments:  # unbound, or a builtin (`print`)
             raise Blocked(at, "RPM108", f"{name!r} is not defined in this file")
         # the binding that reaches `at`: the last one before it, else (a loop) the last one
         before = [a for a in assignments if self.facts.order(a.node) < self.facts.order(at)]

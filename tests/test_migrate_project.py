@@ -167,3 +167,30 @@ def test_the_command_line_applies_the_project_rule_with_and_without_workers(tmp_
     before = {p.name: p.read_bytes() for p in project.glob("*.py")}
     assert main(["-w", "-j", jobs, "-q", str(project)]) == 1
     assert {p.name: p.read_bytes() for p in project.glob("*.py")} == before
+
+
+def test_a_training_function_given_a_builtin_is_migrated_not_crashed():
+    """A parameter its callers feed a builtin (``train(print, model, ...)``) has no binding
+    in the file; following the model's parameters past it must not crash the engine."""
+    from migrate.engine import migrate_source
+
+    source = (
+        "import torch\n\n\n"
+        "def train(log, model, optimizer, scaler, batches):\n"
+        "    for x, y in batches:\n"
+        '        with torch.autocast("cpu", dtype=torch.bfloat16):\n'
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+        "        optimizer.zero_grad()\n"
+        "        log(loss.item())\n\n\n"
+        "def main(batches):\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    scaler = torch.amp.GradScaler("cpu")\n'
+        "    train(print, model, optimizer, scaler, batches)\n"
+    )
+    result = migrate_source(source, "train.py")
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert "model.step(_step_fn)" in result.migrated
