@@ -427,9 +427,6 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
     return found
 
 
-_CHECKPOINT_METHODS = ("state_dict", "load_state_dict")
-
-
 def wrapper_contexts(
     files: Mapping[str, ProjectFile], found: Optional[Mapping[Tuple[str, str], int]] = None
 ) -> Dict[str, WrapperContext]:
@@ -452,6 +449,7 @@ def wrapper_contexts(
     built: Dict[str, Set[str]] = {}
     instance_params: Dict[str, Set[Tuple[str, str]]] = {}
     helpers: Dict[str, Set[Tuple[str, str, int]]] = {}
+    state_helpers: Dict[str, Dict[str, StateHelper]] = {}  # file -> its checkpoint helpers, found once
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -475,9 +473,12 @@ def wrapper_contexts(
                 fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
                 fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
                 instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
-            helpers.setdefault(path, set()).update(
-                (name, param, i) for i, param in enumerate(params) if _only_state_of(function, param)
-            )
+            if edge.target not in state_helpers:
+                target_tree = files[edge.target].tree
+                state_helpers[edge.target] = find_state_helpers(target_tree) if target_tree is not None else {}
+            helper = state_helpers[edge.target].get(defined)
+            state_only = helper.state_only if helper is not None else frozenset()
+            helpers.setdefault(path, set()).update((name, p, i) for i, p in enumerate(params) if p in state_only)
     paths = set(classes) | set(built) | set(instance_params)
     return {
         path: WrapperContext(
@@ -563,24 +564,6 @@ def _dotted(node: ast.expr) -> Optional[str]:
 
 def _is_name_in(node: ast.expr, names: Set[str]) -> bool:
     return isinstance(node, ast.Name) and node.id in names
-
-
-def _only_state_of(function: ast.FunctionDef, param: str) -> bool:
-    """Every use of ``param`` in ``function`` is ``param.state_dict()`` or
-    ``param.load_state_dict(...)``, and there is one."""
-    parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
-    uses = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == param]
-    for use in uses:
-        attribute = parents.get(use)
-        call = parents.get(attribute) if attribute is not None else None
-        if not (
-            isinstance(attribute, ast.Attribute)
-            and attribute.attr in _CHECKPOINT_METHODS
-            and isinstance(call, ast.Call)
-            and call.func is attribute
-        ):
-            return False
-    return bool(uses)
 
 
 def _name_wrapper_users(
