@@ -92,8 +92,9 @@ class _CudaOrdering:
 class Job:
     """One queued call. Created by :func:`launch`; wait for it with :meth:`wait`."""
 
-    def __init__(self, seq: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    def __init__(self, seq: int, fn: Callable[..., Any], args: tuple, kwargs: dict, inline: bool = False) -> None:
         self.seq = seq
+        self.inline = inline  # run by the caller of ``call`` on its own thread (the stream was idle)
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
@@ -270,7 +271,7 @@ class _OptimizerStream:
             idle = self._running is None and self._completed == self._launched and self._failure is None
             if idle:
                 self._launched += 1
-                job = Job(self._launched, fn, args, {})
+                job = Job(self._launched, fn, args, {}, inline=True)
                 self._running = job
         if not idle:
             return self._enqueue(fn, args, {}).wait(reason)
@@ -338,7 +339,11 @@ class _OptimizerStream:
             raise exc
 
     def _worker_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Someone can still complete launched jobs: the optimizer thread, or a caller
+        running a job inline (before the first launch there is no thread yet)."""
+        running = self._running
+        inline = running is not None and running.inline
+        return inline or (self._thread is not None and self._thread.is_alive())
 
     def _take_cuda_event(self, seq: int) -> Optional[Tuple[int, "torch.cuda.Event"]]:
         """Forget CUDA bookkeeping up to ``seq``; return the newest done event (lock held)."""

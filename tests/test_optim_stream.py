@@ -187,3 +187,31 @@ def test_ctrl_c_during_an_inline_call_interrupts_it_and_counts_as_a_fault():
     assert reached == [] and optim_stream.faulted_between(seq - 1, seq)
     assert not optim_stream.on_optim_stream()
     assert optim_stream.call(lambda: 3) == 3
+
+
+def test_a_wait_during_another_threads_inline_call_before_any_launch_does_not_report_a_dead_thread():
+    """The first job run inline by ``call`` (no optimizer thread exists yet): another
+    thread's ``synchronize`` waits for it instead of reporting the thread as dead."""
+    stream = optim_stream._OptimizerStream()
+    started, errors = threading.Event(), []
+
+    def slow():
+        started.set()
+        time.sleep(0.4)
+
+    caller = threading.Thread(target=stream.call, args=(slow, (), "the inline job"))
+    caller.start()
+    assert started.wait(5)
+
+    def waiter():
+        try:
+            stream.wait(1, "the other thread's inline job")
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    other = threading.Thread(target=waiter)
+    other.start()
+    other.join(5)
+    caller.join(5)
+    assert errors == []
+    assert stream._thread is None  # no optimizer thread was ever needed
