@@ -43,7 +43,7 @@ def wrap_long_lines(module: cst.Module, original: str) -> str:
         }
         if not long_lines:
             return text
-        wrapper = MetadataWrapper(module)
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree each round: no copy needed
         finder = _OutermostSplittable(long_lines)
         wrapper.visit(finder)
         if not finder.found:

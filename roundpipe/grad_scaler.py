@@ -463,8 +463,7 @@ class GradScaler(torch.amp.GradScaler):
             found_inf_per_device = state["found_inf_per_device"]
             if not found_inf_per_device:
                 raise AssertionError("No inf checks were recorded for this optimizer.")
-            skip = sum(found_inf.item() for found_inf in found_inf_per_device.values())
-            retval = None if skip else optimizer.step(*args, **kwargs)
+            retval = self._maybe_opt_step(optimizer, state, *args, **kwargs)
         state["stage"] = OptState.STEPPED
         return retval
 
