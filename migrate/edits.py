@@ -14,7 +14,7 @@ and a statement that is dropped hands its comments to the first statement replac
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Sequence, Set, Tuple, TypeVar, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -30,6 +30,7 @@ class EditConflict(ValueError):
 
 
 StatementBuilder = Callable[[List[cst.BaseStatement]], List[cst.BaseStatement]]
+Node = TypeVar("Node", bound=cst.CSTNode)
 
 
 class Edits:
@@ -40,8 +41,9 @@ class Edits:
         self.blocks: Dict[cst.CSTNode, List[Tuple[int, int, StatementBuilder]]] = {}
         self._insertions: Dict[Tuple[int, int], List[cst.BaseStatement]] = {}
 
-    def replace_expression(self, node: cst.CSTNode, build: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
-        self.expressions[node] = build
+    def replace_expression(self, node: Node, build: Callable[[Node], cst.CSTNode]) -> None:
+        # The applier calls ``build`` with the updated copy of ``node``: a node of its class.
+        self.expressions[node] = cast(Callable[[cst.CSTNode], cst.CSTNode], build)
 
     def replace_range(self, block: cst.CSTNode, start: int, end: int, build: StatementBuilder) -> None:
         ranges = self.blocks.setdefault(block, [])

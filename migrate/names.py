@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union, cast
 
 import libcst as cst
-from libcst.metadata import BatchableMetadataProvider, FunctionScope, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import (
+    Assignment,
+    BatchableMetadataProvider,
+    CodePosition,
+    CodeRange,
+    FunctionScope,
+    PositionProvider,
+    Scope,
+    ScopeProvider,
+)
 
 __all__ = ["ModuleFacts", "SCALER_STATE_METHODS", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
@@ -123,7 +132,8 @@ class ModuleFacts:
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._wrapper = wrapper
-        self._positions = None  # resolved on first use: only reports need line numbers
+        # resolved on first use: only reports need line numbers
+        self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
         self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]], metadata[SourceOrderProvider]))
 
     def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
@@ -180,7 +190,7 @@ class ModuleFacts:
             node = self._nodes[index]
             index = index + 1 if visit(node) else self._source[node][1]
 
-    def position(self, node: cst.CSTNode):
+    def position(self, node: cst.CSTNode) -> CodePosition:
         if self._positions is None:
             self._positions = self._wrapper.resolve(PositionProvider)
         return self._positions[node].start
@@ -257,7 +267,7 @@ class ModuleFacts:
     # ---------------------------------------------------------------- name bindings
     def assignments(self, name: str, scope: Scope) -> List[cst.CSTNode]:
         """Nodes that bind ``name`` in ``scope`` (Assign/For/param/import ... nodes)."""
-        return [a.node for a in scope.assignments[name]]
+        return [a.node for a in scope.assignments[name] if isinstance(a, Assignment)]
 
     def accesses(self, name: str, scope: Scope) -> List[cst.Name]:
         """Every read of ``name`` bound in ``scope``, nested scopes included, in source order."""
@@ -287,7 +297,7 @@ class ModuleFacts:
 
     def call_sites(self, function: cst.FunctionDef) -> List[cst.Call]:
         """Calls of ``function`` by its plain name anywhere in the module."""
-        sites = []
+        sites: List[cst.Call] = []
         fn_scope = self.scope(function)
         if fn_scope is None:
             return sites
