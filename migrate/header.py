@@ -36,7 +36,7 @@ def add_header(module: cst.Module, microbatch: str) -> cst.Module:
     reads that name (a file whose only change is at a call site needs neither)."""
     body: List[cst.BaseStatement] = list(module.body)
     start, end = _top_block(body)
-    read = {name.value for name in m.findall(module, m.Name())}
+    read = {name.value for name in m.findall(module, m.Name()) if isinstance(name, cst.Name)}
     if _ROUNDPIPE in read and not any(m.matches(statement, _IMPORT_ROUNDPIPE) for statement in body[start:end]):
         end = _insert_import(body, start, end)
     if microbatch in read:

@@ -68,7 +68,7 @@ def upstream_arguments(facts: ModuleFacts, call: cst.Call, kind: ScalerKind) -> 
     mapped, condition = _enabled_on(device)
     if not mapped:
         return None
-    enabled = [i for i in kept if args[i].keyword is not None and args[i].keyword.value == "enabled"]
+    enabled = [i for i in kept if (keyword := args[i].keyword) is not None and keyword.value == "enabled"]
 
     def rebuild(updated: Sequence[cst.Arg]) -> List[cst.Arg]:
         new = [updated[i] for i in kept]
@@ -87,7 +87,9 @@ def upstream_arguments(facts: ModuleFacts, call: cst.Call, kind: ScalerKind) -> 
         if isinstance(closing, cst.ParenthesizedWhitespace) and isinstance(inner, cst.ParenthesizedWhitespace):
             # one argument a line, with a trailing comma: the new one gets a line of its own
             new[-1] = new[-1].with_changes(
-                comma=new[-1].comma.with_changes(whitespace_after=closing.with_changes(last_line=inner.last_line))
+                comma=cst.ensure_type(new[-1].comma, cst.Comma).with_changes(
+                    whitespace_after=closing.with_changes(last_line=inner.last_line)
+                )
             )
             added = added.with_changes(
                 comma=cst.Comma(whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace()))

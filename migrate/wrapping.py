@@ -108,11 +108,13 @@ def _split_already(node: Splittable) -> bool:
     else:
         opening = node.lbrace.whitespace_after
     elements = _elements(node)
-    breaks = [opening] + [getattr(e.comma, "whitespace_after", None) for e in elements[:-1]]
+    breaks: List[Optional[cst.BaseParenthesizableWhitespace]] = [opening] + [
+        getattr(e.comma, "whitespace_after", None) for e in elements[:-1]
+    ]
     return all(isinstance(b, cst.ParenthesizedWhitespace) for b in breaks)
 
 
-def _elements(node: Splittable) -> List[cst.CSTNode]:
+def _elements(node: Splittable) -> List[Union[cst.Arg, cst.BaseElement, cst.BaseDictElement]]:
     return list(node.args if isinstance(node, cst.Call) else node.elements)
 
 
