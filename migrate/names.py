@@ -203,8 +203,10 @@ class ModuleFacts:
         """Rank of ``node`` in source order (pre-order walk); -1 outside the parsed tree."""
         return self._source[node][0] if node in self._source else -1
 
-    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self._source[node][2] if node in self._source else None
+    def parent(self, node: Optional[cst.CSTNode]) -> Optional[cst.CSTNode]:
+        """The node above ``node``; None for the module, a node outside the tree, or None
+        (so that ``parent(parent(x))`` needs no check in between)."""
+        return self._source[node][2] if node is not None and node in self._source else None
 
     def scope(self, node: cst.CSTNode) -> Optional[Scope]:
         return self._scopes.get(node)
