@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, List, Optional, Set
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Assignment
 
 from .edits import carry_comments
 from .names import PARALLEL_WRAPPERS
@@ -132,13 +133,14 @@ def plan_ddp_guard(step: "StepBuilder", built: Binding, guard: DdpGuard) -> None
     )
     if guard.owner == guard.model:
         return
-    block = step.facts.parent(built.statement)  # type: ignore[arg-type]
-    index = list(block.body).index(built.statement)  # type: ignore[union-attr]
+    block = step.facts.parent(built.statement)
+    assert isinstance(block, (cst.IndentedBlock, cst.Module)) and built.statement is not None  # find_ddp_guard's
+    index = list(block.body).index(built.statement)
     plan.edits.insert_before(block, index, [cst.parse_statement(f"{guard.owner} = {guard.model}\n")])
     plan.wrapped_models.append((built.scope, guard.owner, step.facts.order(built.statement)))  # type: ignore[arg-type]
 
 
-def is_sync_context(facts: "ModuleFacts", statement: cst.CSTNode) -> bool:
+def is_sync_context(facts: "ModuleFacts", statement: Optional[cst.CSTNode]) -> bool:
     """A ``with`` whose every item is ``x.no_sync()``, ``nullcontext()``, a conditional choice
     of those, or a name bound to one of them before the ``with``."""
     if not isinstance(statement, cst.With):
@@ -155,10 +157,10 @@ def _sync_expression(facts: "ModuleFacts", node: cst.BaseExpression, at: cst.CST
         return facts.calls_any(node, _NULLCONTEXT) and not node.args
     if isinstance(node, cst.Name) and depth == 0:
         scope = facts.scope(at)
-        assignments = [a for a in (scope[node.value] if scope is not None else []) if isinstance(a.node, cst.CSTNode)]
+        assignments = [a for a in (scope[node.value] if scope is not None else []) if isinstance(a, Assignment)]
         values = []
         for assignment in assignments:
-            line = facts.statement_of(assignment.node)  # type: ignore[arg-type]
+            line = facts.statement_of(assignment.node)
             small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
             values.append(small.value if isinstance(small, cst.Assign) and len(small.targets) == 1 else None)
         return bool(values) and all(v is not None and _sync_expression(facts, v, at, depth + 1) for v in values)
@@ -171,7 +173,7 @@ def earlier_in_sync_blocks(facts: "ModuleFacts", block: cst.CSTNode) -> List[cst
     found: List[cst.BaseStatement] = []
     statement = facts.parent(block)
     while is_sync_context(facts, statement):
-        outer = facts.parent(statement)  # type: ignore[arg-type]
+        outer = facts.parent(statement)
         if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
             break
         body = list(outer.body)

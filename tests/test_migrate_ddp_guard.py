@@ -81,3 +81,13 @@ def test_an_unguarded_wrap_is_still_refused():
     result = migrate_source(source, "train.py")
     assert not result.changed
     assert "RPM101" in [d.code for d in result.diagnostics]
+
+
+def test_a_builtin_name_as_the_context_is_no_sync_context_and_no_crash():
+    """``with copyright:``: the name is bound nowhere in the file (libcst answers a builtin
+    for it, which has no node to follow); the block is not a no_sync/nullcontext one, so the
+    step after it is refused as for any other context (it crashed with RPM904 before)."""
+    source = SCRIPT.replace("model.no_sync() if distributed and not update else contextlib.nullcontext()", "copyright")
+    result = migrate_source(source, "train.py")
+    assert not result.changed
+    assert [d.code for d in result.diagnostics] == ["RPM106"]
