@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, List
 
 import libcst as cst
-from libcst.metadata import Scope
+from libcst.metadata import Assignment, Scope
 
 from .names import argument_for
 from .plan import Binding, Blocked
@@ -72,11 +72,7 @@ def _exclusive_branches(rules: "TorchAmpRules", binding: Binding, at: cst.CSTNod
     scope = binding.scope
     if not isinstance(scope, Scope):  # an instance attribute: one binding (attributes.py)
         return []
-    nodes = [
-        a.node
-        for a in scope[binding.name]  # type: ignore[index]
-        if isinstance(a.node, cst.CSTNode) and facts.order(a.node) < facts.order(at)
-    ]
+    nodes = [a.node for a in scope[binding.name] if isinstance(a, Assignment) and facts.order(a.node) < facts.order(at)]
     if len(nodes) < 2 or any(isinstance(n, cst.Param) for n in nodes):
         return []
     statements = [facts.statement_of(n) for n in nodes]

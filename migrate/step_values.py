@@ -15,10 +15,11 @@ stale one or one being written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
@@ -118,7 +119,7 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
         return EscapingValues((), None, ())
     function = facts.enclosing(builder.backward, (cst.FunctionDef,))
     root = function if isinstance(function, cst.FunctionDef) else facts.module
-    moved = set(statements)
+    moved: Set[cst.CSTNode] = set(statements)
     outside = names_outside(facts, root, moved)
     names = tuple(n for n in written if n in outside)
     if not names:
@@ -127,7 +128,10 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
         return EscapingValues(names, cst.parse_statement(f"global {', '.join(names)}\n"), ())  # type: ignore[arg-type]
     scope = facts.scope(builder.backward)
     unbound = [
-        n for n in names if scope is None or not any(not _under(facts, a.node, moved) for a in scope.assignments[n])
+        n
+        for n in names
+        if scope is None
+        or not any(not _under(facts, a.node, moved) for a in scope.assignments[n] if isinstance(a, Assignment))
     ]
     bindings = tuple(cst.parse_statement(f"{n} = None\n") for n in unbound)
     declaration = cst.parse_statement(f"nonlocal {', '.join(names)}\n")
@@ -152,7 +156,7 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
             "optimizer copies' by then and the scale the step used is gone; measure it before "
             "scaler.step(), or migrate by hand",
         )
-    statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []  # type: ignore[attr-defined]
+    statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []
     measured = {n for s in found.statements if builder._classify(s) == "measure" for n in written_and_read(s)[0]}
     if not measured or found.end >= len(statements):
         return
