@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import Assignment
 
 from .origins import parameters_fed
 from .plan import Binding
@@ -69,7 +70,7 @@ def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optio
     assignment of the same scope (``groups = ...``), else None."""
     facts = step.facts
     scope = facts.scope(name)
-    assignments = list(scope[name.value]) if scope is not None else []
+    assignments = [a for a in scope[name.value] if isinstance(a, Assignment)] if scope is not None else []
     if len(assignments) != 1 or scope is not built.scope:
         return None
     node = assignments[0].node
@@ -139,6 +140,6 @@ class _OnTheModule(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if m.matches(updated, _GROUPED) and m.matches(updated.func.value, m.Name(self.model)):  # type: ignore[attr-defined]
-            func = updated.func.with_changes(value=cst.Attribute(value=cst.Name(self.model), attr=cst.Name("model")))  # type: ignore[attr-defined]
+            func = updated.func.with_changes(value=cst.Attribute(value=cst.Name(self.model), attr=cst.Name("model")))
             return updated.with_changes(func=func)
         return updated

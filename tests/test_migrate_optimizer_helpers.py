@@ -81,3 +81,16 @@ def test_parameter_groups_train_the_same_after_migration(kind, tmp_path):
     assert _run(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, "train.py")
     assert _run(default.migrated, tmp_path, "default.py").count("step ") == original.count("step ") == 5
+
+
+def test_a_builtin_constant_passed_to_the_optimizer_is_no_group_variable(tmp_path):
+    """``AdamW([...groups...], lr=..., amsgrad=True)``: ``True`` is a name bound nowhere in
+    the file (libcst answers a builtin for it, with no node); it is not followed as a groups
+    variable, and the migration prints the original's numbers (it crashed with RPM904 before)."""
+    source = SCRIPT.replace("KIND", repr("inline")).replace(
+        "lr=0.01,\n        )", "lr=0.01,\n            amsgrad=True,\n        )"
+    )
+    assert "amsgrad=True" in source
+    exact = migrate_source(source, "train.py", exact=True)
+    assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
+    assert _run(exact.migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
