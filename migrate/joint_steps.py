@@ -57,10 +57,10 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
         or _other_branch(step)
     ):
         raise unsupported_group(step, group, kinds)
-    trained: Dict[str, Tuple[str, Optional[Binding], str]] = {}
+    trained: Dict[str, Tuple[str, Binding, str]] = {}
     for optimizer in optimizers:
         model = step._model_for(optimizer)
-        trained[optimizer] = (model, getattr(step, "built", None), step.model_outer)
+        trained[optimizer] = (model, step.built, step.model_outer)  # both set by _model_for
     if len({model for model, _, _ in trained.values()}) != len(trained):
         raise Blocked(group[0], "RPM107", "several optimizers of one model are stepped after one backward")
     owners = _owners(step, group, kinds, optimizers, {o: m for o, (m, _, _) in trained.items()})

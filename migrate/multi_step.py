@@ -192,13 +192,17 @@ def require_update_later(step: "StepBuilder", group: List[cst.BaseStatement], op
     block around the ``if`` holding the group); otherwise the scale would not be updated
     once per iteration after it, and the step is refused."""
     facts = step.facts
-    anchor: cst.CSTNode = group[-1]
+    anchor: cst.BaseStatement = group[-1]
     block = facts.parent(anchor)
     while isinstance(block, (cst.IndentedBlock, cst.Module)):
         body = list(block.body)
         for statement in body[body.index(anchor) + 1 :]:
             call = only_expression(statement)
-            if _owner(statement) == step.scaler and m.matches(call, m.Call(func=m.Attribute(attr=m.Name("update")))):
+            if (
+                _owner(statement) == step.scaler
+                and call is not None
+                and m.matches(call, m.Call(func=m.Attribute(attr=m.Name("update"))))
+            ):
                 return
         guard = facts.parent(block)
         if not isinstance(guard, cst.If) or guard.orelse is not None:
