@@ -83,7 +83,7 @@ class ModelUses:
         """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""
         return any(self.facts.within(node, guard.body) for guard in self.rules.plan.stopped_guards)
 
-    def _returned_to(self, access: cst.Name) -> List[Tuple[Scope, str, int]]:
+    def _returned_to(self, access: cst.BaseExpression) -> List[Tuple[Scope, str, int]]:
         """The callers' names for a returned wrapped model (none where it cannot be followed:
         the model then leaves the file as before)."""
         try:
@@ -92,7 +92,7 @@ class ModelUses:
             return []
         return [(scope, name, self.facts.order(call)) for scope, name, call in targets]
 
-    def _hand_to_state_helper(self, arg: cst.Arg, access: cst.Name, name: str) -> bool:
+    def _hand_to_state_helper(self, arg: cst.Arg, access: cst.BaseExpression, name: str) -> bool:
         """``save_checkpoint(path, model)`` of another file that only saves or loads the
         model's state: the helper gets the wrapped module (``model.model``, the original
         keys) after a synchronize (:mod:`migrate.state_helpers`)."""
@@ -107,7 +107,7 @@ class ModelUses:
         self._synchronize_before(access, name, "before a checkpoint helper of another file")
         return True
 
-    def _check_handed_over(self, arg: cst.Arg, access: cst.Name) -> None:
+    def _check_handed_over(self, arg: cst.Arg, access: cst.BaseExpression) -> None:
         call = self.facts.parent(arg)
         found = other_trainer(self.facts, call) if isinstance(call, cst.Call) else None
         if found is not None and isinstance(call, cst.Call):
@@ -115,7 +115,7 @@ class ModelUses:
             raise Blocked(
                 call,
                 code_,
-                f"the wrapped model {access.value!r} is handed to "
+                f"the wrapped model {code(access)!r} is handed to "
                 f"`{code(call.func)}(...)`: {reason}; RoundPipe must be the only one "
                 "training it; left untouched",
             )
@@ -169,7 +169,7 @@ class ModelUses:
                 "would not train through RoundPipe's step; left untouched",
             )
 
-    def _plan_attribute(self, attribute: cst.Attribute, access: cst.Name, name: str) -> None:
+    def _plan_attribute(self, attribute: cst.Attribute, access: cst.BaseExpression, name: str) -> None:
         method = attribute.attr.value
         if method == "module":
             raise Blocked(
@@ -188,7 +188,7 @@ class ModelUses:
             # an instance's model may be loaded while its step runs (a local one, before)
             self._synchronize_before(access, name)
 
-    def _plan_inference_call(self, access: cst.Name, name: str) -> None:
+    def _plan_inference_call(self, access: cst.BaseExpression, name: str) -> None:
         """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the
         newest weights are synchronized into the model before that block."""
         for ancestor in self.facts.ancestors(access):
@@ -199,7 +199,9 @@ class ModelUses:
                 return
         function = self.facts.enclosing(access, (cst.FunctionDef,))
         if "." in name and function is not None:  # an instance's model (`self.D(x)`), with gradients
-            self._called_with_grad.setdefault(function, {}).setdefault(name, self.facts.parent(access))
+            self._called_with_grad.setdefault(function, {}).setdefault(
+                name, cst.ensure_type(self.facts.parent(access), cst.Call)
+            )
 
     def _check_steps_reach_one_model(self) -> None:
         """A method holding a training step that also calls another wrapped instance model

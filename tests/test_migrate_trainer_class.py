@@ -433,3 +433,16 @@ def test_a_model_handed_in_and_moved_to_a_device_is_refused():
         '        self.model = net.to("cpu")\n',
     )
     _refused(source, _line(source, '        self.model = net.to("cpu")'), "not built in Trainer.__init__")
+
+
+def test_an_instance_model_handed_to_another_trainer_is_named_as_written():
+    """``ModelEmaV2(self.model)`` in a method of the trainer: the refusal names the model as
+    the file spells it, ``self.model`` (it showed the repr of the libcst node of ``self``)."""
+    source = FUSED.replace(
+        "    def set_lr(self, lr):\n",
+        "    def make_ema(self):\n        self.ema = ModelEmaV2(self.model)\n\n    def set_lr(self, lr):\n",
+    )
+    result = migrate_source(source, "trainer.py")
+    assert result.migrated == source
+    assert [(d.line, d.code) for d in result.diagnostics] == [(_line(source, "        self.ema ="), "RPM114")]
+    assert "the wrapped model 'self.model' is handed to `ModelEmaV2(...)`: an EMA copy" in result.diagnostics[0].message
