@@ -286,6 +286,7 @@ def _refuse_models_handed_across(
                 continue  # `Wrapper(model=model)`: the migrated wrapper is given the model it steps
             if (
                 callee is not None
+                and isinstance(node, ast.Call)  # it is when callee is not None
                 and passed
                 and (path in contexts or callee[1] in contexts)
                 and _handed_to_wrapper_user(files, results, contexts, path, node, callee)
