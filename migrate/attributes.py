@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
+from libcst.metadata import Assignment
 
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked
@@ -129,6 +130,7 @@ class InstanceFamily:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if not (
             isinstance(small, cst.Assign)
+            and isinstance(statement, cst.SimpleStatementLine)  # it is where small is not None
             and len(statement.body) == 1
             and len(small.targets) == 1
             and small.targets[0].target is writes[0]
@@ -192,7 +194,7 @@ class InstanceFamily:
         if self.resolver.method_of_receiver(value) is not None:
             return False  # another class's instance parameter: its own attribute
         scope = self.facts.scope(value)
-        assignments = list(scope[value.value]) if scope is not None else []
+        assignments = [a for a in scope[value.value] if isinstance(a, Assignment)] if scope is not None else []
         if not assignments:
             return True
         for assignment in assignments:
@@ -237,7 +239,7 @@ class InstanceAttributes:
     def method_of_receiver(self, name: cst.Name) -> Optional[cst.FunctionDef]:
         """The method whose instance parameter ``name`` reads, else None."""
         scope = self.facts.scope(name)
-        assignments = list(scope[name.value]) if scope is not None else []
+        assignments = [a for a in scope[name.value] if isinstance(a, Assignment)] if scope is not None else []
         if len(assignments) != 1 or not isinstance(assignments[0].node, cst.Param):
             return None
         param = assignments[0].node
@@ -267,7 +269,7 @@ class InstanceAttributes:
         :class:`Binding` whose scope is the family."""
         receiver, _, attr = reference.partition(".")
         scope = self.facts.scope(at)
-        assignments = list(scope[receiver]) if scope is not None else []
+        assignments = [a for a in scope[receiver] if isinstance(a, Assignment)] if scope is not None else []
         param = assignments[0].node if len(assignments) == 1 else None
         family = None
         if isinstance(param, cst.Param):
@@ -284,7 +286,8 @@ class InstanceAttributes:
         if not isinstance(call.func, cst.Name):
             return False
         scope = self.facts.scope(call.func)
-        return any(a.node in family.classes for a in (scope[call.func.value] if scope is not None else ()))
+        bindings = scope[call.func.value] if scope is not None else ()
+        return any(isinstance(a, Assignment) and a.node in family.classes for a in bindings)
 
     # ------------------------------------------------------------------ families
     def receiver_of(self, function: cst.FunctionDef) -> Optional[str]:
@@ -342,8 +345,8 @@ class InstanceAttributes:
             return None
         scope = self.facts.scope(base)
         for assignment in scope[base.value] if scope is not None else ():
-            if assignment.node in classes:
-                return assignment.node  # type: ignore[return-value]
+            if isinstance(assignment, Assignment) and assignment.node in classes:
+                return cst.ensure_type(assignment.node, cst.ClassDef)
         return None
 
     def _library_class(self, base: cst.BaseExpression) -> bool:

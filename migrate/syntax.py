@@ -183,7 +183,7 @@ def names_outside(facts: "ModuleFacts", root: cst.CSTNode, skipped: Set[cst.CSTN
     return found
 
 
-def tests_presence(parent: cst.CSTNode, access: cst.Name) -> bool:
+def tests_presence(parent: Optional[cst.CSTNode], access: cst.BaseExpression) -> bool:
     """``access`` is only tested for being there: ``x is None``, ``x is not None`` or the
     test of an ``if``/``while``/conditional expression (``if x:``), possibly under ``not``."""
     if isinstance(parent, cst.Comparison):

@@ -446,3 +446,26 @@ def test_an_instance_model_handed_to_another_trainer_is_named_as_written():
     assert result.migrated == source
     assert [(d.line, d.code) for d in result.diagnostics] == [(_line(source, "        self.ema ="), "RPM114")]
     assert "the wrapped model 'self.model' is handed to `ModelEmaV2(...)`: an EMA copy" in result.diagnostics[0].message
+
+
+BUILTIN_NAMES = {
+    "base class object": FUSED.replace("class Base:", "class Base(object):"),
+    "None passed for a holder": FUSED.replace(
+        "\n\nmain()\n",
+        "\n\ndef has_model(holder):\n    return holder is not None and holder.model is not None\n\n\n"
+        "print(has_model(None))\nmain()\n",
+    ),
+    "a builtin's result": FUSED.replace(
+        "\n\nmain()\n", "\n\nholder = len([])\nprint(holder.model if holder else 0)\nmain()\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_NAMES))
+def test_builtin_names_near_a_trainer_are_no_instances_of_it(name, tmp_path):
+    """``class Base(object)``, ``has_model(None)``, ``len(...)``: libcst answers a builtin,
+    with no node, for names the file never binds; they are followed as what they are (no
+    class of the file, no instance of it) and the trainer migrates (each crashed with RPM904)."""
+    source = BUILTIN_NAMES[name]
+    assert source != FUSED
+    assert _run(_migrated(source, exact=True), tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
