@@ -54,14 +54,14 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import Scope
+from libcst.metadata import Assignment, Scope
 
 from .names import SCALER_STATE_METHODS
 from .optimizer_writes import optimizer_writes
 from .plain_path import PlainStepBuilder, _other_branch
 from .plan import Binding, Blocked
 from .steps import plan_model_wrap
-from .syntax import code, only_expression
+from .syntax import code, leading_lines, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -144,7 +144,7 @@ class ScalerWrappers:
         """The wrapper in ``node``, None when it is not a scaler wrapper or is one already
         in RoundPipe form; Blocked (RPM111) when it holds a torch GradScaler on ``self``
         and defines ``__call__`` but is not of the recognised shape."""
-        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
         call = methods.get("__call__")
         stored = self._stored_scalers(node) if call is not None else []
         if call is None or not stored:
@@ -243,7 +243,7 @@ class ScalerWrappers:
             raise refuse(call, f"__call__ must call self.{scaler}.update() once")
         update_line = self.facts.statement_of(updates[0])
         block = self.facts.parent(update_line)
-        if only_expression(update_line) is not updates[0] or not isinstance(block, cst.BaseSuite):
+        if only_expression(update_line) is not updates[0] or not isinstance(block, cst.IndentedBlock):
             raise refuse(updates[0], f"self.{scaler}.update() must be a statement of its own")
         body = list(block.body)
         update = body.index(update_line)
@@ -269,7 +269,7 @@ class ScalerWrappers:
         guard = self.facts.parent(block)
         if not (isinstance(guard, cst.If) and self.facts.parent(guard) is function_body and guard.body is block):
             raise refuse(block, "the optimizer work must sit in the body of __call__ or of one `if` in it")
-        if list(function_body.body).index(guard) <= list(function_body.body).index(backward):  # type: ignore[union-attr]
+        if list(function_body.body).index(guard) <= list(function_body.body).index(backward):
             raise refuse(guard, "the optimizer work must come after the backward")
         return 0
 
@@ -352,6 +352,7 @@ class ScalerWrappers:
             for target in m.findall(root, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
             if not any(self.facts.within(target, s) for s in outside)
             for n in m.findall(target.target, m.Name())  # type: ignore[attr-defined]
+            if isinstance(n, cst.Name)
         }
 
     def _names_read_after(self, call: cst.FunctionDef, moved: List[cst.BaseStatement]) -> Set[str]:
@@ -378,7 +379,7 @@ class ScalerWrappers:
                 star_arg=star, kwonly_params=[*updated.kwonly_params, cst.Param(cst.Name("model"))]
             )
 
-        edits.replace_expression(init_params, add_parameter)  # type: ignore[arg-type]
+        edits.replace_expression(init_params, add_parameter)
         init_body = wrapper.init.body
         first = 1 if _is_docstring(list(init_body.body)[0]) else 0
         edits.insert_before(init_body, first, [cst.parse_statement(f"self.{model} = model\n")])
@@ -395,7 +396,7 @@ class ScalerWrappers:
             definition = cst.parse_statement(f"def {step_fn}():\n    pass\n")
             assert isinstance(definition, cst.FunctionDef)
             definition = definition.with_changes(
-                leading_lines=inside[0].leading_lines,
+                leading_lines=leading_lines(inside[0]),
                 body=definition.body.with_changes(body=[*head, inside[0].with_changes(leading_lines=()), *inside[1:]]),
             )
             unbound = sorted(wrapper.unbound)  # `nonlocal` needs a binding in __call__
@@ -501,7 +502,7 @@ class ScalerWrappers:
             )
         scope = self.facts.scope(small)
         assert scope is not None
-        name = small.targets[0].target.value  # type: ignore[attr-defined]
+        name = small.targets[0].target.value
         if any(a.keyword is not None and a.keyword.value == "model" for a in call.args):
             return scope, name
         model = self._model_of_scope(call, scope)
@@ -587,13 +588,16 @@ class ScalerWrappers:
                 f"the loss-scaler wrapper is given `parameters={code(value)}`; only `model.parameters()` "
                 "of the RoundPipe model can be mapped to its optimizer copies; not migrated",
             )
-        owner = value.func.value  # type: ignore[attr-defined]
+        assert isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)  # matched just above
+        owner = cst.ensure_type(value.func.value, cst.Name)
         self.plan.edits.replace_expression(
             value.func,
-            lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),  # type: ignore[attr-defined]
+            lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
         )
         scope = self.facts.scope(owner)
-        if scope is not None and any(isinstance(a.node, cst.Param) for a in scope[owner.value]):
+        if scope is not None and any(
+            isinstance(a, Assignment) and isinstance(a.node, cst.Param) for a in scope[owner.value]
+        ):
             self.plan.wrapped_models.append((scope, owner.value, 0))
         self.plan.rewrites.append((call, "loss-scaler wrapper call: parameters -> model.optim_parameters()"))
         return owner.value
@@ -604,7 +608,7 @@ class ScalerWrappers:
         waited for right after the ``site`` (the call, or the two-path ``if`` holding it),
         when the backward is done, never between a forward and its backward."""
         root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
-        skipped = {site}
+        skipped: Set[cst.CSTNode] = {site}
         if not optimizer_writes(self.facts, root, optimizer, _named_scheduler, skipped, set()):
             return
         block = self.facts.parent(site)
@@ -625,6 +629,7 @@ class ScalerWrappers:
         statement that steps: the ``if``, or the call's own line."""
         statement = self.facts.statement_of(call)
         block = self.facts.parent(statement)
+        assert block is not None  # a statement's block
         step = _WrapperStep(self.rules, self.facts, block, code(call.func), (optimizer, model), None, model)
         others = _other_branch(step)  # type: ignore[arg-type]
         backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
@@ -664,7 +669,7 @@ class ScalerWrappers:
                 model = arg.value.value
                 self.plan.edits.replace_expression(
                     arg.value,
-                    lambda updated: cst.Attribute(value=updated, attr=cst.Name("model")),  # type: ignore[arg-type]
+                    lambda updated: cst.Attribute(value=updated, attr=cst.Name("model")),
                 )
                 self.plan.synchronize_before.append((self.facts.statement_of(call), model))
                 self.plan.rewrites.append(
@@ -706,14 +711,14 @@ def _named_scheduler(name: str, at: cst.CSTNode) -> bool:
     return "sched" in name.lower()
 
 
-def _first_statement(function: cst.FunctionDef) -> Optional[cst.BaseStatement]:
-    body = list(function.body.body)  # type: ignore[union-attr]
+def _first_statement(function: cst.FunctionDef) -> Optional[cst.CSTNode]:
+    body = list(function.body.body)
     if body and _is_docstring(body[0]):
         body = body[1:]
     return body[0] if body else None
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
+def _is_docstring(statement: cst.CSTNode) -> bool:
     value = only_expression(statement)
     return isinstance(value, (cst.SimpleString, cst.ConcatenatedString))
 
@@ -725,13 +730,13 @@ def _returns_only(statement: cst.BaseStatement) -> bool:
         and statement.orelse is None
         and all(
             isinstance(s, cst.SimpleStatementLine) and all(isinstance(small, cst.Return) for small in s.body)
-            for s in statement.body.body  # type: ignore[union-attr]
+            for s in statement.body.body
         )
     )
 
 
 def _is_scaler_call(node: Optional[cst.CSTNode], scaler: str, method: str, optimizer: str) -> bool:
-    return m.matches(
+    return node is not None and m.matches(
         node,
         m.Call(
             func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler)), attr=m.Name(method)),

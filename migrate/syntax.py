@@ -60,7 +60,7 @@ def calls_method(node: cst.CSTNode, method: str) -> bool:
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == method
 
 
-def only_expression(statement: cst.BaseStatement) -> Optional[cst.BaseExpression]:
+def only_expression(statement: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """The expression of a one-expression statement line, else None."""
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
         small = statement.body[0]
