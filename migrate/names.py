@@ -199,9 +199,9 @@ class ModuleFacts:
         """1-based start line of ``node``."""
         return self.position(node).line
 
-    def order(self, node: cst.CSTNode) -> int:
-        """Rank of ``node`` in source order (pre-order walk); -1 outside the parsed tree."""
-        return self._source[node][0] if node in self._source else -1
+    def order(self, node: Optional[cst.CSTNode]) -> int:
+        """Rank of ``node`` in source order (pre-order walk); -1 outside the parsed tree (or None)."""
+        return self._source[node][0] if node is not None and node in self._source else -1
 
     def parent(self, node: Optional[cst.CSTNode]) -> Optional[cst.CSTNode]:
         """The node above ``node``; None for the module, a node outside the tree, or None
@@ -281,10 +281,12 @@ class ModuleFacts:
         }
         return sorted(found, key=self.order)
 
-    def function_of(self, scope: Scope) -> Optional[cst.FunctionDef]:
-        return scope.node if isinstance(scope, FunctionScope) else None  # type: ignore[return-value]
+    def function_of(self, scope: object) -> Optional[cst.FunctionDef]:
+        """The function whose scope ``scope`` is; None for any other (a lambda's included)."""
+        node = scope.node if isinstance(scope, FunctionScope) else None
+        return node if isinstance(node, cst.FunctionDef) else None
 
-    def local_function(self, call: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    def local_function(self, call: Optional[cst.CSTNode]) -> Optional[cst.FunctionDef]:
         """The function of this module that ``call`` (``name(...)``) calls, else None."""
         if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
             return None

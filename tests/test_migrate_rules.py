@@ -159,3 +159,34 @@ def test_every_blocker_in_a_file_is_reported_at_its_line():
     result = migrate_source(TWO_BLOCKERS, "two.py")
     assert [(d.line, d.code) for d in result.diagnostics] == [(9, "RPM103"), (16, "RPM104")]
     assert result.migrated == TWO_BLOCKERS
+
+
+THROUGH_A_LAMBDA = """
+import torch
+
+
+def train(model, optimizer):
+    scaler = torch.amp.GradScaler("cpu")
+    for step in range(3):
+        with torch.autocast("cpu"):
+            loss = model(torch.randn(2, 4)).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+
+run = lambda model, optimizer: train(model, optimizer)
+net = torch.nn.Linear(4, 4)
+run(net, torch.optim.SGD(net.parameters(), lr=0.1))
+"""
+
+
+def test_an_optimizer_passed_in_by_a_lambda_is_not_followed_and_says_so():
+    """The optimizer comes through a lambda's parameter: a lambda is no function whose callers
+    the migration follows (libcst gives it a function scope too); refused at the call in
+    the lambda (it crashed with RPM904: a lambda has no name)."""
+    result = migrate_source(THROUGH_A_LAMBDA, "lambda.py")
+    assert [(d.line, d.code) for d in result.diagnostics] == [(16, "RPM108")]
+    assert "cannot follow 'optimizer' to where it is built" in result.diagnostics[0].message
+    assert result.migrated == THROUGH_A_LAMBDA
