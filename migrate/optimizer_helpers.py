@@ -74,7 +74,7 @@ def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optio
     if len(assignments) != 1 or scope is not built.scope:
         return None
     node = assignments[0].node
-    if not isinstance(node, cst.CSTNode) or facts.order(node) >= facts.order(built.value):  # type: ignore[arg-type]
+    if not isinstance(node, cst.CSTNode) or facts.order(node) >= facts.order(built.value):
         return None
     line = facts.statement_of(node)
     small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None

@@ -39,7 +39,7 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     binding = rules._binding(name, at)
     if binding.statement is not None:
         return _exclusive_branches(rules, binding, at) or [binding]
-    function = facts.function_of(binding.scope)  # type: ignore[arg-type]
+    function = facts.function_of(binding.scope)
     if function is None or depth > _MAX_DEPTH:
         raise Blocked(at, "RPM108", f"cannot follow {name!r} to where it is built")
     sites = facts.call_sites(function)
@@ -55,7 +55,7 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
         if isinstance(value, cst.Name):
             reached = origins(rules, value.value, site, depth + 1)
         elif isinstance(value, cst.Call) and isinstance(facts.statement_of(site), cst.SimpleStatementLine):
-            reached = [Binding(facts.scope(site), INLINE, facts.statement_of(site), value)]  # type: ignore[arg-type]
+            reached = [Binding(facts.scope(site), INLINE, facts.statement_of(site), value)]
         else:
             raise Blocked(site, "RPM108", f"{name!r} is not passed as a plain name or a call")
         for origin in reached:
@@ -85,7 +85,7 @@ def _exclusive_branches(rules: "TorchAmpRules", binding: Binding, at: cst.CSTNod
         )
         if not isinstance(small, cst.Assign) or len(small.targets) != 1:
             return []
-        found.append(Binding(scope, binding.name, statement, small.value))  # type: ignore[arg-type]
+        found.append(Binding(scope, binding.name, statement, small.value))
     return found
 
 

@@ -29,7 +29,7 @@ class Binding:
 
     scope: object
     name: str
-    statement: Optional[cst.SimpleStatementLine]
+    statement: Optional[cst.BaseStatement]
     value: Optional[cst.BaseExpression]
 
 
