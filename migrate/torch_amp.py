@@ -28,7 +28,7 @@ from typing import Callable, List, Optional, Set, Tuple, TypeVar, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import BaseAssignment, Scope
+from libcst.metadata import Assignment, Scope
 
 from .attributes import InstanceAttributes, InstanceFamily
 from .edits import drop_keeping_comments
@@ -40,7 +40,7 @@ from .scaler_device import upstream_arguments
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
-from .syntax import calls_method, code, only_expression, tests_presence
+from .syntax import calls_method, code, leading_lines, only_expression, tests_presence
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -66,8 +66,8 @@ class TorchAmpRules:
         self.wrappers = wrappers or WrapperContext()
         self.plan = Plan(taken_names=set(facts.all_names))
         self.attributes = InstanceAttributes(facts)
-        self._attribute_scalers: Set[Tuple[InstanceFamily, str]] = set()  # (family, attribute)
-        self._step_method_uses: List[cst.Name] = []
+        self._attribute_scalers: Set[Tuple[Optional[InstanceFamily], str]] = set()  # (family, attribute)
+        self._step_method_uses: List[cst.BaseExpression] = []
         self._rewritten_constructors: Set[cst.Call] = set()
         self._dropped_imports: Set[int] = set()
 
@@ -142,9 +142,9 @@ class TorchAmpRules:
             statement = self.facts.statement_of(call)
             if statement in self.plan.backward_statements or statement in already:
                 continue
-            owner = call.func.value.func.value
+            owner = call.func.value.func.value  # type: ignore[attr-defined]  # the shape `pattern` matched
             scope = self.facts.scope(owner)
-            assignments = list(scope[owner.value]) if scope is not None else []
+            assignments = [a for a in scope[owner.value] if isinstance(a, Assignment)] if scope is not None else []
             built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
             if assignments and built_elsewhere:
                 continue
@@ -191,7 +191,7 @@ class TorchAmpRules:
         calls = self.facts.subtree(self.facts.module, cst.Call)
         step_functions = {
             call.args[0].value.value
-            for call in calls  # type: ignore[attr-defined]
+            for call in calls
             if calls_method(call, "step") and call.args and isinstance(call.args[0].value, cst.Name)
         }
         for call in (call for call in calls if calls_method(call, "unscale_")):
@@ -206,7 +206,7 @@ class TorchAmpRules:
                     "did not follow to a recognised training step; migrate it by hand",
                 )
 
-    def _origin(self, assignment: BaseAssignment, at: cst.CSTNode) -> Optional[cst.CSTNode]:
+    def _origin(self, assignment: Assignment, at: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The node binding a name; for a parameter, the binding every same-file caller
         passes (None when that cannot be followed)."""
         if not isinstance(assignment.node, cst.Param):
@@ -235,7 +235,7 @@ class TorchAmpRules:
             return False
         return kind is None and bool(self.facts.qualified(value.func))
 
-    def _find_scalers(self) -> List[Tuple[cst.Call, cst.SimpleStatementLine]]:
+    def _find_scalers(self) -> List[Tuple[cst.Call, cst.BaseStatement]]:
         found = []
         for call in self.facts.subtree(self.facts.module, cst.Call):
             try:
@@ -270,14 +270,16 @@ class TorchAmpRules:
                 "GradScaler is not assigned to a plain variable "
                 "(attribute, container or expression); migrate this one by hand",
             )
-        target = statement.body[0].targets[0].target
+        target = small.targets[0].target
         kind = self.facts.scaler_kind(call)
+        scope: Union[InstanceFamily, Scope, None]
         if isinstance(target, cst.Attribute):  # `self.scaler = GradScaler(...)` in a method
             family = self.attributes.family_of_attribute(target)
+            assert family is not None  # _instance_attribute(target) held
             self._attribute_scalers.add((family, target.attr.value))
             name, scope = family.follow(target.attr.value, SCALER_READS).reference, family
         else:
-            name, scope = target.value, self.facts.scope(statement.body[0])
+            name, scope = cst.ensure_type(target, cst.Name).value, self.facts.scope(small)
         self._rewrite_constructor(call, kind)
         self._follow_scaler(name, scope, depth=0)
 
@@ -285,7 +287,8 @@ class TorchAmpRules:
         """``self.scaler = scaler if scaler is not None else GradScaler()``, ``... or
         GradScaler()``, or ``self.scaler = scaler`` after ``if scaler is None: scaler =
         GradScaler()``: the attribute may hold a scaler handed in by the caller."""
-        attributes = [t.target for t in assign.targets if self._instance_attribute(t.target)]
+        attributes = [t.target for t in assign.targets if isinstance(t.target, cst.Attribute)]
+        attributes = [a for a in attributes if self._instance_attribute(a)]
         if not attributes:
             return
         for attribute in attributes:  # reported here: its backward is not reported again
@@ -389,6 +392,7 @@ class TorchAmpRules:
                 "GradScaler passed to a function defined elsewhere; "
                 "training steps spread over several files are not migrated",
             )
+        assert isinstance(call, cst.Call)  # local_function found the function it calls
         param = self._parameter_for(call, function, arg)
         self._follow_scaler(param, self.facts.scope(function.body.body[0]), depth + 1)
 
@@ -468,6 +472,7 @@ class TorchAmpRules:
                     site, "RPM107", f"{function.name.value}() is called with different objects for {binding.name!r}"
                 )
             found = outer
+        assert found is not None  # sites is not empty
         return found
 
     def _constructed(self, name: str, at: cst.CSTNode) -> Binding:
@@ -488,7 +493,7 @@ class TorchAmpRules:
                 continue
             name = imported.value
             scope = self.facts.scope(call)
-            assignments = list(scope[name]) if scope is not None else []
+            assignments = [a for a in scope[name] if isinstance(a, Assignment)] if scope is not None else []
             module_alias = imported is not call.func
             kind = cst.Import if module_alias else cst.ImportFrom
             if not assignments or not all(isinstance(a.node, kind) for a in assignments):
@@ -497,6 +502,7 @@ class TorchAmpRules:
             if not all(self._is_rewritten_constructor(self._attribute_of(use, module_alias)) for use in uses):
                 continue
             for assignment in assignments:
+                assert isinstance(assignment.node, (cst.Import, cst.ImportFrom))  # each is a `kind`, checked above
                 self._drop_import_name(assignment.node, name)
 
     def _attribute_of(self, use: cst.CSTNode, module_alias: bool) -> cst.CSTNode:
@@ -525,20 +531,21 @@ class TorchAmpRules:
         """Remove an import line; an import guard left empty goes too, another block gets
         ``pass``."""
         block = self.facts.parent(statement)
+        assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a line's block
         body = list(block.body)
         guard = self.facts.parent(block)
         if len(body) == 1 and self._import_guard(guard):
-            self._drop_statement(guard)
+            self._drop_statement(cst.ensure_type(guard, cst.Try))
             return
         if isinstance(block, cst.IndentedBlock) and len(body) == 1:
-            keep = cst.parse_statement("pass\n")
+            keep = cst.ensure_type(cst.parse_statement("pass\n"), cst.SimpleStatementLine)
             self.plan.edits.replace_range(
                 block,
                 0,
                 1,
                 lambda updated: [
                     keep.with_changes(
-                        leading_lines=updated[0].leading_lines,
+                        leading_lines=leading_lines(updated[0]),
                         trailing_whitespace=getattr(updated[0], "trailing_whitespace", keep.trailing_whitespace),
                     )
                 ],
@@ -548,6 +555,7 @@ class TorchAmpRules:
 
     def _drop_statement(self, statement: cst.BaseStatement) -> None:
         block = self.facts.parent(statement)
+        assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(statement)
         self.plan.edits.replace_range(block, index, index + 1, drop_keeping_comments)
 
@@ -576,6 +584,7 @@ class TorchAmpRules:
             and backward_attr.attr.value == "backward"
             and isinstance(backward_call, cst.Call)
             and only_expression(statement) is backward_call
+            and isinstance(statement, cst.SimpleStatementLine)  # it is where only_expression is not None
         ):
             raise Blocked(
                 access, "RPM106", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
