@@ -217,7 +217,7 @@ class ModuleFacts:
             yield current
             current = self.parent(current)
 
-    def enclosing(self, node: cst.CSTNode, kinds: tuple) -> Optional[cst.CSTNode]:
+    def enclosing(self, node: cst.CSTNode, kinds: Tuple[Type[N], ...]) -> Optional[N]:
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, kinds):
                 return ancestor
