@@ -137,7 +137,7 @@ def plan_ddp_guard(step: "StepBuilder", built: Binding, guard: DdpGuard) -> None
     assert isinstance(block, (cst.IndentedBlock, cst.Module)) and built.statement is not None  # find_ddp_guard's
     index = list(block.body).index(built.statement)
     plan.edits.insert_before(block, index, [cst.parse_statement(f"{guard.owner} = {guard.model}\n")])
-    plan.wrapped_models.append((built.scope, guard.owner, step.facts.order(built.statement)))  # type: ignore[arg-type]
+    plan.wrapped_models.append((built.scope, guard.owner, step.facts.order(built.statement)))
 
 
 def is_sync_context(facts: "ModuleFacts", statement: Optional[cst.CSTNode]) -> bool:

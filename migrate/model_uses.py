@@ -120,7 +120,7 @@ class ModelUses:
                 "training it; left untouched",
             )
 
-    def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
+    def _aliases(self, assign: cst.Assign, scope: object) -> List[Tuple[Optional[Scope], str, int]]:
         """The names ``assign`` binds to the model; an instance attribute's alias is a name of
         the method that binds it."""
         if not isinstance(scope, Scope):
@@ -129,7 +129,7 @@ class ModelUses:
             (scope, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
         ]
 
-    def _check_aliases_before(self, scope: Scope, name: str, after: int) -> None:
+    def _check_aliases_before(self, scope: object, name: str, after: int) -> None:
         """``model_without_ddp = model`` before the wrap names the unwrapped module: a use of
         it after the wrap trains or saves something RoundPipe does not manage."""
         if after <= 0:
@@ -143,6 +143,7 @@ class ModelUses:
             for alias_scope, alias, _ in self._aliases(parent, scope):
                 if any(s is alias_scope and n == alias for s, n, _ in self.rules.plan.wrapped_models):
                     continue  # bound again to the RoundPipe model after the wrap (migrate.ddp_guard)
+                assert alias_scope is not None  # the scope of a node of the tree
                 late = [a for a in self.facts.accesses(alias, alias_scope) if self.facts.order(a) > after]
                 if late:
                     raise Blocked(

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import Scope
 
 from .edits import Edits
 
@@ -40,7 +39,7 @@ class Plan:
     edits: Edits = field(default_factory=Edits)
     rewrites: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     wrapped_optimizers: Set[int] = field(default_factory=set)
-    wrapped_models: List[Tuple[Scope, str, int]] = field(default_factory=list)  # scope, name, after (source order)
+    wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope/family, name, after (order)
     helper_names: Set[str] = field(default_factory=set)
     backward_statements: Set[cst.CSTNode] = field(default_factory=set)  # of recognised steps
     step_statements: Set[cst.CSTNode] = field(default_factory=set)  # moved into step functions
