@@ -44,6 +44,8 @@ from .syntax import (
     names_in,
     names_outside,
     only_expression,
+    receiver,
+    statements_of,
     written_and_read,
 )
 
@@ -248,6 +250,7 @@ class StepBuilder:
             if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
                 break
             block, body = outer, list(outer.body)
+            assert isinstance(loop, (cst.For, cst.While, cst.With))  # climbable, or a no_sync/nullcontext block
             after = body.index(loop)
         raise Blocked(
             self.backward,
@@ -315,6 +318,7 @@ class StepBuilder:
         if "update" in kinds and kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])
+        assert isinstance(step_call, cst.Call)  # what _classify calls a step
         optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
         if optimizer is None:
             raise Blocked(
@@ -326,7 +330,11 @@ class StepBuilder:
             multi_step.require_update_later(self, group, optimizer)
         for statement, kind in self._with_kinds(group):
             call = only_expression(statement)
-            if kind == "unscale" and dotted(call.args[0].value if call.args else None) != optimizer:
+            if (
+                kind == "unscale"
+                and isinstance(call, cst.Call)  # what _classify calls an unscale is
+                and dotted(call.args[0].value if call.args else None) != optimizer
+            ):
                 raise Blocked(call, "RPM107", "unscale_() of another optimizer")
         return optimizer
 
@@ -368,9 +376,9 @@ class StepBuilder:
         parameter_calls = [
             call
             for call in self.facts.subtree(built.value, cst.Call)
-            if calls_method(call, "parameters") and not call.args and self.rules.reference(call.func.value)
+            if calls_method(call, "parameters") and not call.args and self.rules.reference(receiver(call))
         ]
-        owners = {self.rules.reference(call.func.value) for call in parameter_calls}
+        owners = {owner for call in parameter_calls if (owner := self.rules.reference(receiver(call)))}
         if len(owners) > 1:
             optimizer = built.name or code(built.value)
             raise Blocked(built.value, "RPM108", multi_step.several_models_message(optimizer, owners))
@@ -454,7 +462,7 @@ class StepBuilder:
         if isinstance(previous, cst.With):
             if not all(self.facts.is_autocast(item) for item in previous.items):
                 raise Blocked(previous, "RPM106", "forward inside a `with` block that is not autocast")
-            inner = list(previous.body.body)
+            inner = statements_of(previous.body)
             start = self._model_statement(inner, model, previous)
             return ForwardRegion(previous.body, inner, start, len(inner), previous, end - 1)
         split = self._split_region(model, end)
@@ -473,10 +481,10 @@ class StepBuilder:
             position -= 1
         if position < 0 or position == end - 1 or not isinstance(self.body[position], cst.With):
             return None
-        with_statement = self.body[position]
+        with_statement = cst.ensure_type(self.body[position], cst.With)
         if len(with_statement.items) != 1 or not self.facts.is_autocast(with_statement.items[0]):
             return None
-        inner = list(with_statement.body.body)
+        inner = statements_of(with_statement.body)
         start = self._model_statement(inner, model, with_statement)
         region = ForwardRegion(with_statement.body, inner, start, len(inner), with_statement, position)
         region.outside = self.body[position + 1 : end]
@@ -654,6 +662,7 @@ class StepBuilder:
             if says_sum(statement):
                 return True
             for call in m.findall(statement, m.Call(func=m.Name())):
+                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Name)  # as matched
                 try:
                     binding = self.rules._binding(call.func.value, statement)
                 except Blocked:
@@ -837,7 +846,7 @@ class StepBuilder:
         statements that ran after the autocast block, so they keep running outside it."""
         if not statements or region.with_statement is None:
             return []
-        call = region.with_statement.items[0].item
+        call = cst.ensure_type(region.with_statement.items[0].item, cst.Call)  # an autocast(...) call
         legacy = self.facts.calls_any(
             call, {"torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
         )
@@ -845,7 +854,7 @@ class StepBuilder:
         kept += [a for a in call.args if a.keyword is not None and a.keyword.value == "device_type"]
         arguments = ", ".join(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept)
         off = f"{arguments}, enabled=False" if arguments else "enabled=False"
-        block = cst.parse_statement(f"with {code(call.func)}({off}):\n    pass\n")
+        block = cst.ensure_type(cst.parse_statement(f"with {code(call.func)}({off}):\n    pass\n"), cst.With)
         return [block.with_changes(body=block.body.with_changes(body=list(statements)))]
 
     def _fresh(self, base: str) -> str:
@@ -861,6 +870,7 @@ class StepBuilder:
         moved_zero = None
         if zero_grads:
             zero_call = only_expression(self.body[zero_grads[0]])
+            assert isinstance(zero_call, cst.Call)  # a zero_grad() call (_zero_grad_call)
             arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
             moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
         escaping = escaping_values(self, [s for s, _ in self._with_kinds(group)])
@@ -872,7 +882,7 @@ class StepBuilder:
                 inside.append(moved_zero)
             if escaping.declaration is not None:
                 inside = [escaping.declaration.with_changes(leading_lines=inside[0].leading_lines), *inside]
-            definition = cst.parse_statement(f"def {step_fn}():\n    pass\n")
+            definition = cst.ensure_type(cst.parse_statement(f"def {step_fn}():\n    pass\n"), cst.FunctionDef)
             definition = definition.with_changes(
                 leading_lines=inside[0].leading_lines,
                 body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
@@ -908,6 +918,7 @@ class StepBuilder:
                 on_copies(self, statement, model)
             if kind == "zero_grad":
                 call = only_expression(statement)
+                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # what _classify found
                 if self.rules.reference(call.func.value) == model:
                     self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.parse_expression(optimizer))
 
@@ -940,6 +951,7 @@ class StepBuilder:
                     inner.found.append(node)
 
         finder = Find()
+        assert call is not None  # a clip call (_classify)
         call.visit(finder)
         for parameters in finder.found:
             self.rules.plan.edits.replace_expression(
@@ -952,6 +964,7 @@ def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, paramete
     it, and build that optimizer on ``model.optim_parameters()`` (``parameter_calls``: its
     ``model.parameters()`` calls); once per optimizer statement."""
     plan = rules.plan
+    assert built.statement is not None  # an optimizer bound by a statement (origins)
     for call in parameter_calls:
         plan.edits.replace_expression(
             call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
@@ -966,6 +979,7 @@ def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, paramete
         plan.edits.replace_expression(construction, lambda updated: wrapped(template, updated))
     else:
         block = rules.facts.parent(built.statement)
+        assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(built.statement)
         wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
         plan.edits.insert_before(block, index, [wrap])

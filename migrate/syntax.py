@@ -25,6 +25,8 @@ __all__ = [
     "names_outside",
     "tests_presence",
     "dotted",
+    "receiver",
+    "statements_of",
 ]
 
 _EMPTY = cst.Module([])
@@ -58,6 +60,17 @@ def dotted(node: Optional[cst.CSTNode]) -> Optional[str]:
 def calls_method(node: cst.CSTNode, method: str) -> bool:
     """``<anything>.method(...)``."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == method
+
+
+def statements_of(suite: cst.BaseSuite) -> List[cst.BaseStatement]:
+    """The statements of an indented block; none for a one-line body (``with x: y = f()``),
+    whose small statements are no statements of their own."""
+    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else []
+
+
+def receiver(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """``x`` of ``x.method(...)``; None for a call of anything but an attribute."""
+    return call.func.value if isinstance(call.func, cst.Attribute) else None
 
 
 def only_expression(statement: cst.CSTNode) -> Optional[cst.BaseExpression]:
