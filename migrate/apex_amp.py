@@ -58,9 +58,15 @@ class ApexStepBuilder(StepBuilder):
     """A training step around ``with amp.scale_loss(loss, optimizer) as s: s.backward()``."""
 
     autograd_form = False  # the apex backward itself is rewritten only in the fused form
+    rules: "ApexRules"
 
     def __init__(
-        self, rules: "ApexRules", statement: cst.With, loss: cst.BaseExpression, optimizer: str, scaler: str = _SCALER
+        self,
+        rules: "ApexRules",
+        statement: cst.BaseStatement,
+        loss: cst.BaseExpression,
+        optimizer: str,
+        scaler: str = _SCALER,
     ) -> None:
         super().__init__(rules, scaler, statement, loss)  # type: ignore[arg-type]
         self.optimizer = optimizer
@@ -79,7 +85,9 @@ class ApexStepBuilder(StepBuilder):
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
     def _model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
-        return [call for call in m.findall(statement, m.Call()) if code(call.func) == model]  # type: ignore[misc]
+        return [
+            call for call in m.findall(statement, m.Call()) if isinstance(call, cst.Call) and code(call.func) == model
+        ]
 
     def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         value = only_expression(statement)
@@ -119,19 +127,22 @@ class ApexStepBuilder(StepBuilder):
         for statement, kind in zip(group, kinds):
             call = only_expression(statement)
             if kind == "zero_grad" and "." in model and _called_on(call, model, "zero_grad"):
+                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # as _called_on found
                 self.rules.plan.edits.replace_expression(
                     call.func.value,
-                    lambda _: cst.parse_expression(optimizer),  # type: ignore[union-attr]
+                    lambda _: cst.parse_expression(optimizer),
                 )
             if kind == "clip" and "." in model:
                 for parameters in m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
-                    if code(parameters.func.value) == model:  # type: ignore[union-attr]
+                    assert isinstance(parameters, cst.Call) and isinstance(parameters.func, cst.Attribute)  # as matched
+                    if code(parameters.func.value) == model:
                         self.rules.plan.edits.replace_expression(
-                            parameters.func,  # type: ignore[union-attr]
+                            parameters.func,
                             lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
                         )
             if kind == "step":
                 call = only_expression(statement)
+                assert call is not None  # an optimizer.step() call (_classify)
                 self.rules.plan.edits.replace_expression(
                     call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
                 )
@@ -159,7 +170,7 @@ class ApexRules(TorchAmpRules):
         self._held: List[HeldOnSelf] = []
         self.step_model_calls: Set[cst.CSTNode] = set()
 
-    def run(self) -> Plan:  # type: ignore[override]
+    def run(self) -> Plan:
         uses = self._apex_uses()
         if not uses:
             return self.plan
@@ -267,6 +278,7 @@ class ApexRules(TorchAmpRules):
                 call = self.facts.parent(arg)
                 function = self.facts.local_function(call)
                 if function is not None:
+                    assert isinstance(call, cst.Call)  # local_function found the function it calls
                     param = self._parameter_for(call, function, arg)
                     inner = self.facts.scope(function.body.body[0])
                     self._models.add((id(inner), param))
@@ -287,6 +299,7 @@ class ApexRules(TorchAmpRules):
             and isinstance(small.targets[0].target, cst.Name)
         ):
             raise Blocked(node, "RPM201", f"{what} is not assigned to a plain variable; migrate by hand")
+        assert isinstance(statement, cst.SimpleStatementLine)  # small is its only statement
         return statement, call, small.targets[0].target.value
 
     def _initialize_after_optimizer(
@@ -299,7 +312,7 @@ class ApexRules(TorchAmpRules):
         built = self._constructed(optimizer, at)
         owners = (
             {
-                c.func.value.value
+                c.func.value.value  # type: ignore[attr-defined]  # the matched Call(func=Attribute(value=Name))
                 for c in m.findall(
                     built.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])
                 )
@@ -311,6 +324,7 @@ class ApexRules(TorchAmpRules):
             raise Blocked(at, "RPM108", "the optimizer is not built on `model.parameters()` of one model")
         model = owners.pop()
         block = self.facts.parent(built.statement)
+        assert isinstance(block, (cst.IndentedBlock, cst.Module)) and built.statement is not None  # a built optimizer
         index = list(block.body).index(built.statement)
         line = cst.parse_statement(
             f"{model}, {optimizer} = roundpipe.compat.initialize({model}{model_suffix}, {optimizer}{arguments})\n"
@@ -328,6 +342,7 @@ class ApexRules(TorchAmpRules):
             raise Blocked(call, "RPM201", "amp.init() arguments other than enabled= are not migrated")
         arguments = ', opt_level="O1"' + "".join(f", enabled={code(a.value)}" for a in enabled)
         scope = self.facts.scope(statement)
+        assert scope is not None  # the scope of a statement of the tree
         withs = []
         for access in self.facts.accesses(handle, scope):
             attribute = self.facts.parent(access)
@@ -375,6 +390,7 @@ class ApexRules(TorchAmpRules):
             elif keyword != "verbose":
                 raise Blocked(arg, "RPM201", f"FP16_Optimizer({keyword}=...) is not migrated")
         scope = self.facts.scope(statement)
+        assert scope is not None  # the scope of a statement of the tree
         backwards = []
         for access in self.facts.accesses(wrapped, scope):
             attribute = self.facts.parent(access)
@@ -388,8 +404,9 @@ class ApexRules(TorchAmpRules):
         self._drop_statement(statement)
         self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
         for backward in backwards:
+            assert backward is not None  # the parent of a node of the tree
             line = self.facts.statement_of(backward)
-            if only_expression(line) is not backward or len(backward.args) != 1:
+            if only_expression(line) is not backward or not isinstance(backward, cst.Call) or len(backward.args) != 1:
                 raise Blocked(backward, "RPM106", "optimizer.backward(loss) must stand on its own line")
             builder = ApexStepBuilder(self, line, backward.args[0].value, wrapped)
             builder.plan()
@@ -414,7 +431,9 @@ class ApexRules(TorchAmpRules):
         scaled = item.asname.name.value
         body = list(statement.body.body)
         backward = only_expression(body[0]) if len(body) == 1 else None
-        if not m.matches(backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])):
+        if backward is None or not m.matches(
+            backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])
+        ):
             raise Blocked(statement, "RPM106", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
         positional = [a for a in call.args if a.keyword is None]
         scaler = _SCALER
@@ -445,11 +464,12 @@ class ApexRules(TorchAmpRules):
         if id(scope) in self._scaler_scopes:
             return
         self._scaler_scopes.add(id(scope))
-        anchor: cst.CSTNode = first
+        anchor: cst.BaseStatement = first
         loop = self.facts.enclosing(backward, (cst.For, cst.While, cst.FunctionDef))
         if isinstance(loop, (cst.For, cst.While)) and self.facts.scope(loop) is scope:
             anchor = loop
         block = self.facts.parent(anchor)
+        assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(anchor)
         line = cst.parse_statement(f"{_SCALER} = roundpipe.compat.loss_scaler()\n")
         self.plan.edits.insert_before(block, index, [line])
