@@ -381,7 +381,7 @@ class ApexRules(TorchAmpRules):
             if isinstance(attribute, cst.Attribute) and attribute.attr.value == "backward":
                 backwards.append(self.facts.parent(attribute))
         if not backwards:
-            raise Blocked(statement, "RPM106", "FP16_Optimizer without optimizer.backward(loss)")
+            raise Blocked(statement, "RPM130", "FP16_Optimizer without optimizer.backward(loss)")
         self._initialize_after_optimizer(
             wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}', model_suffix=".float()"
         )
@@ -390,7 +390,7 @@ class ApexRules(TorchAmpRules):
         for backward in backwards:
             line = self.facts.statement_of(backward)
             if only_expression(line) is not backward or len(backward.args) != 1:
-                raise Blocked(backward, "RPM106", "optimizer.backward(loss) must stand on its own line")
+                raise Blocked(backward, "RPM130", "optimizer.backward(loss) must stand on its own line")
             builder = ApexStepBuilder(self, line, backward.args[0].value, wrapped)
             builder.plan()
             self._plan_scaler_binding(line, builder.first)
@@ -415,7 +415,7 @@ class ApexRules(TorchAmpRules):
         body = list(statement.body.body)
         backward = only_expression(body[0]) if len(body) == 1 else None
         if not m.matches(backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])):
-            raise Blocked(statement, "RPM106", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
+            raise Blocked(statement, "RPM130", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
         positional = [a for a in call.args if a.keyword is None]
         scaler = _SCALER
         for arg in call.args:

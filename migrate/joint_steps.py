@@ -135,7 +135,7 @@ def _segments(
     joins the segment it sits in (the last optimizer's: it must follow every step)."""
     last_step = max(i for i, kind in enumerate(kinds) if kind == "step")
     if "update" in kinds and kinds.index("update") < last_step:
-        raise Blocked(group[kinds.index("update")], "RPM106", "scaler.update() before the last scaler.step()")
+        raise Blocked(group[kinds.index("update")], "RPM134", "scaler.update() before the last scaler.step()")
     segments: List[Tuple[str, int]] = []
     for position, owner in enumerate(owners):
         current = segments[-1][0] if segments else None

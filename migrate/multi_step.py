@@ -111,7 +111,7 @@ def check_fusable(step: "StepBuilder") -> None:
     if isinstance(backward, cst.Call) and backward.args:  # retain_graph=...: see _plan_backward
         raise Blocked(
             step.backward,
-            "RPM106",
+            "RPM133",
             "the backward keeps its graph (retain_graph) for a later backward; it stays as written",
         )
     other = other_backward(step)

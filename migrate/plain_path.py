@@ -61,7 +61,7 @@ class PlainStepBuilder(StepBuilder):
         if kinds.count("step") != 1 or found.block is not self.block:
             raise Blocked(
                 found.statements[0],
-                "RPM106",
+                "RPM136",
                 "the plain (non-AMP) path does not call "
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
@@ -86,7 +86,7 @@ def plan_plain_path(amp_step: StepBuilder) -> None:
         return
     if len(backwards) != 1:
         raise Blocked(
-            backwards[0], "RPM106", "the other branch of a migrated AMP step runs several backwards; not migrated"
+            backwards[0], "RPM136", "the other branch of a migrated AMP step runs several backwards; not migrated"
         )
     call = only_expression(backwards[0])
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)

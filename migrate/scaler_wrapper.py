@@ -191,7 +191,7 @@ class ScalerWrappers:
         except ValueError:  # the spelling the scaler rules refuse
             raise Blocked(
                 call,
-                "RPM104",
+                "RPM138",
                 "GradScaler import fallback mixes torch.amp and torch.cuda.amp with positional arguments; "
                 "pass them by keyword",
             )
@@ -630,7 +630,7 @@ class ScalerWrappers:
         backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
         if len(backwards) > 1:
             raise Blocked(
-                backwards[1], "RPM106", "the plain path beside the loss-scaler wrapper runs several backwards"
+                backwards[1], "RPM136", "the plain path beside the loss-scaler wrapper runs several backwards"
             )
         if not backwards:
             return statement

@@ -142,12 +142,13 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
     """``norm = clip_grad_norm_(...)`` then ``if not torch.isfinite(norm): ... scaler.step``:
     the branch holding the optimizer step is chosen on the main thread from a value only the
     step function can compute (the copies' gradients), and the branches do main-thread work
-    (logging, counters) around the step. Raises :class:`Blocked` (RPM106) naming the value."""
+    (logging, counters) around the step. Raises :class:`Blocked` naming the value (RPM134 for a norm measured after
+    ``scaler.update()``, RPM135 for a step chosen by it)."""
     kinds = [builder._classify(s) for s in found.statements]
     if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
         raise Blocked(
             found.statements[kinds.index("measure", kinds.index("update"))],
-            "RPM106",
+            "RPM134",
             "a gradient norm measured after scaler.update(): in RoundPipe the gradients are the "
             "optimizer copies' by then and the scale the step used is gone; measure it before "
             "scaler.step(), or migrate by hand",
@@ -163,7 +164,7 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
     if decided_by:
         raise Blocked(
             following,
-            "RPM106",
+            "RPM135",
             f"the optimizer step is chosen by `{code(following.test)}`, which reads "
             f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
             "that value exists only inside the step function, and the branches do main-thread "

@@ -243,7 +243,7 @@ class TorchAmpRules:
             except ValueError:
                 raise Blocked(
                     call,
-                    "RPM104",
+                    "RPM138",
                     "GradScaler import fallback mixes torch.amp and "
                     "torch.cuda.amp with positional arguments; pass them by keyword",
                 )
@@ -578,7 +578,7 @@ class TorchAmpRules:
             and only_expression(statement) is backward_call
         ):
             raise Blocked(
-                access, "RPM106", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
+                access, "RPM130", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
             )
         for arg in backward_call.args:
             if arg.keyword is not None and arg.keyword.value == "retain_graph":
@@ -589,9 +589,9 @@ class TorchAmpRules:
                     "RPM103",
                     "backward(create_graph=True) (higher-order gradients) has no RoundPipe form; left untouched",
                 )
-            raise Blocked(backward_call, "RPM106", "backward() with arguments is not migrated")
+            raise Blocked(backward_call, "RPM130", "backward() with arguments is not migrated")
         if len(scale_call.args) != 1:
-            raise Blocked(scale_call, "RPM106", "scaler.scale() of several outputs is not migrated")
+            raise Blocked(scale_call, "RPM130", "scaler.scale() of several outputs is not migrated")
         step = StepBuilder(self, scaler, statement, scale_call.args[0].value)
         step.plan()
         plan_plain_path(step)

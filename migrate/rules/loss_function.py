@@ -6,7 +6,7 @@ RULE = Rule(
     name="loss_function",
     order=30,
     description="forward + loss become forward_backward with a loss function holding exactly what the loss depends on",
-    codes=("RPM107", "RPM113"),
+    codes=("RPM107", "RPM113", "RPM131", "RPM132", "RPM137"),
     implemented_in=("steps.py",),
     patterns=(
         Pattern(
@@ -72,7 +72,7 @@ RULE = Rule(
         ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    sum = 0  # a user\'s own `sum`\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        print(loss.item())\n',
-            codes=("RPM106",),
+            codes=("RPM137",),
         ),
         Example(
             "import torch\n\n# GradScaler mentioned in a comment only; the loss is computed without one\nloss = torch.ones(1).sum()\n",

@@ -6,7 +6,7 @@ RULE = Rule(
     name="step_function",
     order=50,
     description="the optimizer statements move, in order, into a step function for model.step",
-    codes=("RPM102", "RPM106", "RPM107"),
+    codes=("RPM102", "RPM106", "RPM107", "RPM134", "RPM135"),
     implemented_in=("steps.py",),
     patterns=(
         Pattern(
