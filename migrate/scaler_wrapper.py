@@ -40,7 +40,8 @@ under ``--exact``, and always when ``__call__`` returns a value the step functio
 ``roundpipe.RoundPipe`` before its optimizer, the optimizer takes ``model.optim_parameters()``
 and the construction gets ``model=model``; at every call ``parameters=model.parameters()``
 becomes ``model.optim_parameters()``; a model handed to a checkpoint helper of another file
-is handed as ``model.model`` after ``model.synchronize()``.
+is handed as ``model.model`` after ``model.synchronize()`` (by :class:`migrate.model_uses.ModelUses`,
+as for every wrapped model).
 
 A class that holds a GradScaler on ``self`` and defines ``__call__`` but does anything else
 is refused precisely (RPM111). A class already in this form (``roundpipe.GradScaler``) is
@@ -73,7 +74,6 @@ LIBRARY_WRAPPERS: Dict[str, str] = {
     "timm.utils.NativeScaler": "roundpipe.compat.NativeScaler",
     "timm.utils.cuda.NativeScaler": "roundpipe.compat.NativeScaler",
 }
-_CHECKPOINT_NOTE = "a checkpoint helper of another file; it gets the wrapped module"
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,11 @@ class WrapperContext:
     ``classes``: names bound in this file to wrapper classes of another file;
     ``built_elsewhere``: wrapper classes defined here and built in another file;
     ``instance_params``: ``(function, parameter)`` of this file that another file feeds a
-    wrapper instance; ``checkpoint_params``: ``(name, parameter, position)`` of functions
-    of other files (as named here) that only save or load the state of that parameter."""
+    wrapper instance."""
 
     classes: FrozenSet[str] = frozenset()
     built_elsewhere: FrozenSet[str] = frozenset()
     instance_params: FrozenSet[Tuple[str, str]] = frozenset()
-    checkpoint_params: FrozenSet[Tuple[str, str, int]] = frozenset()
 
 
 @dataclass
@@ -451,8 +449,6 @@ class ScalerWrappers:
                     target = self.rules.parameter_fed_by(parent)
                     if target is not None:
                         instances.append(target)
-        if built:
-            self._plan_checkpoint_helpers()
         return built
 
     def _may_be_library_wrapper(self, call: cst.Call) -> bool:
@@ -639,37 +635,6 @@ class ScalerWrappers:
         _PlainPathBesideWrapper(self.rules, backwards[0], backward.func.value, step).plan()  # type: ignore[arg-type]
         owner = self.facts.parent(block)
         return self.facts.parent(owner) if isinstance(owner, cst.Else) else owner  # type: ignore[return-value]
-
-    def _plan_checkpoint_helpers(self) -> None:
-        """A wrapped model handed to a checkpoint helper of another file (which only saves
-        or loads its state) is handed as ``model.model``, after ``model.synchronize()``."""
-        helpers = {(name, position): param for name, param, position in self.context.checkpoint_params}
-        wrapped = [(scope, name, after) for scope, name, after in self.plan.wrapped_models if after > 0]
-        for call in self.facts.subtree(self.facts.module, cst.Call):
-            callee = code(call.func)  # `save_model` or `misc.save_model`, as the context names it
-            if not m.matches(call.func, m.Name() | m.Attribute(value=m.Name())):
-                continue
-            for position, arg in enumerate(call.args):
-                key = arg.keyword.value if arg.keyword is not None else None
-                param = helpers.get((callee, position)) if key is None else None
-                if key is not None and (callee, key) in {(n, p) for (n, _), p in helpers.items()}:
-                    param = key
-                if param is None or not isinstance(arg.value, cst.Name):
-                    continue
-                if not any(
-                    arg.value.value == name and self.facts.scope(call) is scope and self.facts.order(call) > after
-                    for scope, name, after in wrapped
-                ):
-                    continue
-                model = arg.value.value
-                self.plan.edits.replace_expression(
-                    arg.value,
-                    lambda updated: cst.Attribute(value=updated, attr=cst.Name("model")),  # type: ignore[arg-type]
-                )
-                self.plan.synchronize_before.append((self.facts.statement_of(call), model))
-                self.plan.rewrites.append(
-                    (call, f"{model} -> {model}.model: {code(call.func)}() is {_CHECKPOINT_NOTE}")
-                )
 
 
 @dataclass(frozen=True)
