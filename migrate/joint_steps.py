@@ -43,7 +43,7 @@ def steps_several(step: "StepBuilder", found: "StepGroup") -> bool:
 
 def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
     """Plan one step function per optimizer of ``found`` (see the module docstring)."""
-    from .plain_path import _other_branch
+    from .plain_path import other_branch  # plain_path builds on steps, which imports this module
     from .steps import StepGroup
 
     group = list(found.statements)
@@ -54,7 +54,7 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
         or len(set(optimizers)) != len(optimizers)
         or "guarded" in kinds
         or kinds.count("update") > 1
-        or _other_branch(step)
+        or other_branch(step)
     ):
         raise unsupported_group(step, group, kinds)
     trained: Dict[str, Tuple[str, Optional[Binding], str]] = {}

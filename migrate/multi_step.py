@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, List, Optional, Set
 import libcst as cst
 import libcst.matchers as m
 
+from .origins import exclusive
 from .plan import Blocked
 from .syntax import code, names_in, only_expression
 
@@ -58,20 +59,10 @@ def other_backward(step: "StepBuilder") -> Optional[cst.Call]:
     both, as the plain path of a two-path step is); None when there is none."""
     facts = step.facts
     for call in facts.backward_calls:
-        if facts.within(call, step.backward) or _exclusive(step, call):
+        if facts.within(call, step.backward) or exclusive(facts, call, step.backward):
             continue
         return call
     return None
-
-
-def _exclusive(step: "StepBuilder", call: cst.Call) -> bool:
-    """``call`` and the step's backward sit in different branches of one ``if``."""
-    facts = step.facts
-    mine = {id(a) for a in facts.ancestors(step.backward)}
-    common = next((a for a in facts.ancestors(call) if id(a) in mine), None)
-    if not isinstance(common, cst.If) or common.orelse is None:
-        return False
-    return facts.within(call, common.body) != facts.within(step.backward, common.body)
 
 
 def feeds_later_backward(step: "StepBuilder") -> bool:
@@ -80,9 +71,9 @@ def feeds_later_backward(step: "StepBuilder") -> bool:
     on the real batch, one on the fakes, then one step): this backward only accumulates
     gradients for the step after that one, and stays as written (autograd form). Planned:
     nothing but the report line; the later backward's step is planned on its own."""
-    from .plain_path import _other_branch
+    from .plain_path import other_branch  # plain_path builds on steps, which imports this module
 
-    if not step.autograd_form or _other_branch(step):
+    if not step.autograd_form or other_branch(step):
         return False
     later = next((s for s in step.body[step.index + 1 :] if step.anchor in names_in(s)), None)
     scaled_backward = m.Call(

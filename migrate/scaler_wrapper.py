@@ -58,11 +58,11 @@ import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .names import SCALER_STATE_METHODS
-from .optimizer_writes import optimizer_writes
-from .plain_path import PlainStepBuilder, _other_branch
+from .optimizer_writes import is_scheduler, optimizer_writes
+from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
 from .steps import plan_model_wrap
-from .syntax import code, only_expression
+from .syntax import code, only_assignment, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -481,11 +481,9 @@ class ScalerWrappers:
         library's wrapper (``library``: its RoundPipe drop-in) is replaced by the drop-in,
         which waits for its steps (``is_async=False``) under ``--exact``."""
         statement = self.facts.statement_of(call)
-        small = (
-            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-        )
+        small = only_assignment(statement)
         if not (
-            isinstance(small, cst.Assign)
+            small is not None
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
             and (small.value is call or _optional(small.value, call))
@@ -601,7 +599,7 @@ class ScalerWrappers:
         when the backward is done, never between a forward and its backward."""
         root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
         skipped = {site}
-        if not optimizer_writes(self.facts, root, optimizer, _named_scheduler, skipped, set()):
+        if not optimizer_writes(self.facts, root, optimizer, self._is_scheduler, skipped, set()):
             return
         block = self.facts.parent(site)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -615,6 +613,14 @@ class ScalerWrappers:
             )
         )
 
+    def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
+        """:func:`~migrate.optimizer_writes.is_scheduler`; a name this file does not bind
+        (a global of another module) is judged by its name."""
+        try:
+            return is_scheduler(self.rules, name, at)
+        except Blocked:
+            return "sched" in name.lower()
+
     def _plan_plain_path(self, call: cst.Call, optimizer: str, model: str) -> cst.BaseStatement:
         """``if loss_scaler is not None: loss_scaler(...) else: loss.backward(); ...;
         optimizer.step()``: the plain branch takes the autograd form as well. Returns the
@@ -622,17 +628,8 @@ class ScalerWrappers:
         statement = self.facts.statement_of(call)
         block = self.facts.parent(statement)
         step = _WrapperStep(self.rules, self.facts, block, code(call.func), (optimizer, model), None, model)
-        others = _other_branch(step)  # type: ignore[arg-type]
-        backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
-        if len(backwards) > 1:
-            raise Blocked(
-                backwards[1], "RPM136", "the plain path beside the loss-scaler wrapper runs several backwards"
-            )
-        if not backwards:
+        if not plan_plain_path(step, _PLAIN_BACKWARD, _PlainPathBesideWrapper):  # type: ignore[arg-type]
             return statement
-        backward = only_expression(backwards[0])
-        assert isinstance(backward, cst.Call) and isinstance(backward.func, cst.Attribute)
-        _PlainPathBesideWrapper(self.rules, backwards[0], backward.func.value, step).plan()  # type: ignore[arg-type]
         owner = self.facts.parent(block)
         return self.facts.parent(owner) if isinstance(owner, cst.Else) else owner  # type: ignore[return-value]
 
@@ -665,10 +662,6 @@ class _PlainPathBesideWrapper(PlainStepBuilder):
 
     def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
         return None
-
-
-def _named_scheduler(name: str, at: cst.CSTNode) -> bool:
-    return "sched" in name.lower()
 
 
 def _first_statement(function: cst.FunctionDef) -> Optional[cst.BaseStatement]:

@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
-from .syntax import code, names_outside, written_and_read
+from .syntax import code, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -71,14 +71,10 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
         if all(parts) and all(builder._classify(s) in GUARDABLE for part in parts for s in part):
             return "guarded"
         return None
-    if not (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Assign)
-        and all(isinstance(t.target, cst.Name) for t in statement.body[0].targets)
-    ):
+    assign = only_assignment(statement)
+    if assign is None or not all(isinstance(t.target, cst.Name) for t in assign.targets):
         return None
-    value = statement.body[0].value
+    value = assign.value
     calls = m.findall(value, m.Call())
     if any(isinstance(c, cst.Call) and builder.facts.calls_any(c, CLIP_FUNCTIONS) for c in calls):
         return "measure"

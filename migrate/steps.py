@@ -19,9 +19,9 @@ from . import joint_steps, multi_step
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
-from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
+from .names import CLIP_FUNCTIONS
 from .optimizer_helpers import helper_model, plan_adopting_wrap
-from .optimizer_writes import optimizer_writes
+from .optimizer_writes import is_scheduler, optimizer_writes
 from .origins import INLINE, exclusive, origins, parameters_fed
 from .parallel import parallel_call
 from .plan import Binding, Blocked
@@ -43,6 +43,7 @@ from .syntax import (
     method_call,
     names_in,
     names_outside,
+    only_assignment,
     only_expression,
     written_and_read,
 )
@@ -222,15 +223,7 @@ class StepBuilder:
         return found
 
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
-        try:
-            binding = self.rules._binding(name, at)
-        except Blocked:
-            if "." not in name:
-                raise
-            return False  # an attribute the rules cannot follow: not a known scheduler
-        if binding.value is not None and isinstance(binding.value, cst.Call):
-            return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
-        return "sched" in name.lower()
+        return is_scheduler(self.rules, name, at)
 
     def _find_step_group(self) -> "StepGroup":
         """The optimizer step statements: the first contiguous run of step statements after
@@ -665,8 +658,8 @@ class StepBuilder:
         return False
 
     def _output_binding(self, first: cst.BaseStatement, model_call: cst.Call) -> Tuple[Optional[str], bool]:
-        small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1 else None
-        if isinstance(small, cst.Assign) and small.value is model_call and len(small.targets) == 1:
+        small = only_assignment(first)
+        if small is not None and small.value is model_call and len(small.targets) == 1:
             target = small.targets[0].target
             if isinstance(target, cst.Name):
                 return target.value, True

@@ -40,7 +40,7 @@ from .scaler_device import upstream_arguments
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
-from .syntax import calls_method, code, only_expression, tests_presence
+from .syntax import calls_method, code, only_assignment, only_expression, tests_presence
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -221,10 +221,8 @@ class TorchAmpRules:
         """``node`` binds the result of a known call that is not a torch GradScaler (e.g.
         RoundPipe's own, possibly ``... if amp else None``)."""
         statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            return False
-        small = statement.body[0]
-        value = small.value if isinstance(small, cst.Assign) else None
+        small = only_assignment(statement)
+        value = small.value if small is not None else None
         if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Call) and _optional(value, value.body):
             value = value.body
         if not isinstance(value, cst.Call):
@@ -434,13 +432,12 @@ class TorchAmpRules:
             raise Blocked(at, "RPM108", f"{name!r} is not built in this file")
         statement = self.facts.statement_of(node)
         value = None
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            small = statement.body[0]
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                value = small.value
-                inner = returned_name(self.facts, small, name)  # `model, optimizer = build()`
-                if inner is not None:
-                    return self._binding(inner.value, inner)
+        small = only_assignment(statement)
+        if small is not None and len(small.targets) == 1:
+            value = small.value
+            inner = returned_name(self.facts, small, name)  # `model, optimizer = build()`
+            if inner is not None:
+                return self._binding(inner.value, inner)
         return Binding(assignment.scope, name, statement, value)
 
     def _caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
