@@ -93,6 +93,13 @@ RULE = Rule(
             ),
             codes=("RPM136",),
         ),
+        Example(  # the plain branch back-propagates two losses
+            _OPTIONAL.replace(
+                "            loss.backward()\n",
+                "            loss.backward()\n            loss.backward()\n",
+            ),
+            codes=("RPM136",),
+        ),
         Example(
             'import torch\n\n\ndef log(scaler: "torch.amp.GradScaler | None", loss):\n'
             "    if scaler is not None:  # optional AMP, logging only\n"
