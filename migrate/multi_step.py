@@ -238,8 +238,10 @@ def several_models_message(optimizer: str, models: Set[str]) -> str:
 
 
 def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds: List[Optional[str]]) -> Blocked:
-    """The refusal (RPM107) for a step group without exactly one ``scaler.step()``, or with
-    several ``scaler.update()`` calls, naming what the group holds or where it stopped."""
+    """The refusal for a step group without exactly one ``scaler.step()`` (RPM107 for
+    several, RPM106 for none), or with several ``scaler.update()`` calls (RPM134), naming
+    what the group holds or where it stopped."""
+    reason_code = "RPM107"
     if kinds.count("step") > 1:
         why = (
             "several optimizers are stepped after one backward "
@@ -247,8 +249,10 @@ def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds
             "function serves one model's optimizer; not migrated"
         )
     elif kinds.count("update") > 1:
+        reason_code = "RPM134"
         why = f"`{step.scaler}.update()` is called {kinds.count('update')} times in one step; not migrated"
     else:
+        reason_code = "RPM106"
         block = step.facts.parent(group[-1])
         body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         position = body.index(group[-1]) + 1 if group[-1] in body else len(body)
@@ -257,4 +261,4 @@ def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds
         why = (
             f"no `{step.scaler}.step(optimizer)` among the optimizer statements after the backward{where}; not migrated"
         )
-    return Blocked(group[0], "RPM107", why)
+    return Blocked(group[0], reason_code, why)
