@@ -397,7 +397,7 @@ class ApexRules(TorchAmpRules):
             if isinstance(attribute, cst.Attribute) and attribute.attr.value == "backward":
                 backwards.append(self.facts.parent(attribute))
         if not backwards:
-            raise Blocked(statement, "RPM106", "FP16_Optimizer without optimizer.backward(loss)")
+            raise Blocked(statement, "RPM130", "FP16_Optimizer without optimizer.backward(loss)")
         self._initialize_after_optimizer(
             wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}', model_suffix=".float()"
         )
@@ -407,7 +407,7 @@ class ApexRules(TorchAmpRules):
             assert backward is not None  # the parent of a node of the tree
             line = self.facts.statement_of(backward)
             if only_expression(line) is not backward or not isinstance(backward, cst.Call) or len(backward.args) != 1:
-                raise Blocked(backward, "RPM106", "optimizer.backward(loss) must stand on its own line")
+                raise Blocked(backward, "RPM130", "optimizer.backward(loss) must stand on its own line")
             builder = ApexStepBuilder(self, line, backward.args[0].value, wrapped)
             builder.plan()
             self._plan_scaler_binding(line, builder.first)
@@ -434,7 +434,7 @@ class ApexRules(TorchAmpRules):
         if backward is None or not m.matches(
             backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])
         ):
-            raise Blocked(statement, "RPM106", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
+            raise Blocked(statement, "RPM130", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
         positional = [a for a in call.args if a.keyword is None]
         scaler = _SCALER
         for arg in call.args:

@@ -33,7 +33,7 @@ from .edits import carry_comments
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .scaler_device import has_plain_torch
-from .syntax import code
+from .syntax import code, only_assignment
 
 __all__ = ["EXTRAS", "plan_extra", "refusal"]
 
@@ -249,10 +249,8 @@ def _apex_ddp(facts: ModuleFacts, plan: Plan, call: cst.Call) -> None:
     statement = facts.statement_of(call)
     guard = facts.parent(facts.parent(statement))
     if not (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Assign)
-        and statement.body[0].value is call
+        (assign := only_assignment(statement)) is not None
+        and assign.value is call
         and isinstance(guard, cst.If)
         and guard.orelse is None
         and isinstance(guard.body, cst.IndentedBlock)

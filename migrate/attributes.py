@@ -27,7 +27,7 @@ from libcst.metadata import Assignment
 
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked
-from .syntax import code, tests_presence
+from .syntax import code, only_assignment, tests_presence
 
 __all__ = [
     "InstanceAttributes",
@@ -127,14 +127,8 @@ class InstanceFamily:
                 f"than once in {self.name} (lines {lines}), so the object it holds cannot be "
                 "followed; left untouched",
             )
-        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        if not (
-            isinstance(small, cst.Assign)
-            and isinstance(statement, cst.SimpleStatementLine)  # it is where small is not None
-            and len(statement.body) == 1
-            and len(small.targets) == 1
-            and small.targets[0].target is writes[0]
-        ):
+        small = only_assignment(statement)
+        if not (small is not None and len(small.targets) == 1 and small.targets[0].target is writes[0]):
             raise Blocked(
                 writes[0],
                 _CODE,

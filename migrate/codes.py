@@ -81,11 +81,14 @@ _CODES: Tuple[Code, ...] = (
     Code(
         "RPM106",
         "step-not-recognised",
-        "training step not recognised",
-        "the statements around the backward are not one of the recognised shapes (the message says which part)",
-        "a rewrite that is not certain is never made",
-        "`optimizer.step()` with no `scaler.step` after `scaler.scale(loss).backward()`",
-        "move unrelated statements out of the forward/step, or migrate by hand",
+        "no recognised optimizer step follows the backward",
+        "no `scaler.step(optimizer)` (apex: `optimizer.step()`), with the optimizer a name or an "
+        "attribute, follows the backward in its block, in an `if` after it, or after the loop of "
+        "micro-steps that ends with it",
+        "the rewrite is built from the step that consumes the backward's gradients; a step in "
+        "another function or method (backward and update mixins) is not followed",
+        "`scaler.scale(loss).backward()` in `backward()`, `scaler.step(opt)` in another method",
+        "put `scaler.step(optimizer)` and `scaler.update()` after the backward in the same block, or migrate by hand",
     ),
     Code(
         "RPM107",
@@ -178,6 +181,109 @@ _CODES: Tuple[Code, ...] = (
         "the object the attribute holds at the step is not certain",
         "`self.scaler = GradScaler()` in `__init__` and `self.scaler = None` in `close()`",
         "bind the attribute once in `__init__` and use it only in the class, or migrate by hand",
+    ),
+    Code(
+        "RPM130",
+        "backward-not-recognised",
+        "the scaled backward is not written in a recognised form",
+        "the backward is not one statement of a block reading `scaler.scale(loss).backward()` "
+        "(one loss; no argument but `retain_graph`/`create_graph`); apex: a `scale_loss` block "
+        "holding more than `scaled.backward()`, or an `FP16_Optimizer` without "
+        "`optimizer.backward(loss)` on its own line",
+        "the step is found and rewritten from its backward; another form cannot be moved or kept with certainty",
+        "`scaled = scaler.scale(loss); scaled.backward()`",
+        "write the backward as `scaler.scale(loss).backward()` on its own line, or migrate by hand",
+    ),
+    Code(
+        "RPM131",
+        "forward-not-found",
+        "no forward of the recognised shape computes the loss",
+        "before the backward there is no call of the model, followed only by simple statements "
+        "computing the loss from its output (no statement at all, a forward inside a `with` "
+        "block that is not autocast, or a loss that does not depend on the model's output)",
+        "only such a forward can move into the loss function of `forward_backward`; a torch.amp "
+        "step then takes the autograd form instead (reported only for apex steps)",
+        "`with torch.no_grad(): out = model(x)` right before the backward",
+        "nothing for torch.amp; for apex, compute the loss from the model's output right before "
+        "the `scale_loss` block, or migrate by hand",
+    ),
+    Code(
+        "RPM132",
+        "starred-model-call",
+        "the model is called with *args, or with **kwargs and keywords",
+        "the forward is `model(*inputs)`, or `model(x, **extra, key=value)`",
+        "the inputs are split into microbatches by position or by one mapping of keywords; a "
+        "torch.amp step then takes the autograd form instead (reported only for apex steps)",
+        "`out = model(*batch)`",
+        "nothing for torch.amp; for apex, name the inputs (`model(x, y)`), or migrate by hand",
+    ),
+    Code(
+        "RPM133",
+        "backward-retains-graph",
+        "the backward keeps its graph for a later backward",
+        "`scaler.scale(loss).backward(retain_graph=True)`",
+        "a later backward goes through the same graph, so the forward cannot move into a loss "
+        "function; the step takes the autograd form (this code names the reason in the report, "
+        "it is not a refusal)",
+        "`scaler.scale(loss_d).backward(retain_graph=True)` in a GAN step",
+        "nothing",
+    ),
+    Code(
+        "RPM134",
+        "step-out-of-order",
+        "the statements of the optimizer step are in an order the step function cannot keep",
+        "`scaler.update()` before `scaler.step()` (before the last one, when several optimizers "
+        "are stepped) or twice in one step, or a gradient norm measured after `scaler.update()`",
+        "in RoundPipe the step runs on the optimizer copies; the scale and the gradients the "
+        "statements would see there are not the original's",
+        "`scaler.update(); scaler.step(optimizer)`",
+        "put `scaler.step` before `scaler.update()` and measure gradients before the step, or migrate by hand",
+    ),
+    Code(
+        "RPM135",
+        "step-condition-not-kept",
+        "the optimizer step runs under a condition the rewrite cannot keep",
+        "the `if` holding the step has an `else` branch, its test reads a gradient norm measured "
+        "after the backward, or `zero_grad()` runs every iteration while the step runs under a "
+        "condition or after a loop of micro-steps",
+        "the condition or the zeroing would be decided on the main thread from values only the "
+        "step function has, or would no longer discard the same gradients",
+        "`if torch.isfinite(norm): scaler.step(opt)` with `norm` measured after the backward",
+        "keep one unconditional `scaler.step` (it already skips non-finite steps) and zero "
+        "where the step runs, or migrate by hand",
+    ),
+    Code(
+        "RPM136",
+        "plain-path-not-recognised",
+        "the plain branch beside a migrated AMP step is not one backward and one step",
+        "in `if amp: <AMP step> else: <plain step>` (or beside an optional loss-scaler wrapper), "
+        "the plain branch runs several backwards, or does not call `optimizer.step()` exactly "
+        "once, unconditionally, after its backward",
+        "once the AMP path is migrated the model is wrapped, so the plain path must train "
+        "through `model.step` too; a step of another shape cannot be moved there with certainty",
+        "`else: loss.backward(); if ready: optimizer.step()`",
+        "give the plain branch one `loss.backward()` followed by one `optimizer.step()`, or migrate by hand",
+    ),
+    Code(
+        "RPM137",
+        "builtin-sum-rebound",
+        "the file binds its own `sum`",
+        "the loss is logged after the step and the file assigns, imports or defines `sum`",
+        "the migrated loss logging (`loss = sum(_losses)`) needs the builtin",
+        "`from numpy import sum`",
+        "rename the file's `sum`, or migrate by hand",
+    ),
+    Code(
+        "RPM138",
+        "scaler-fallback-positional",
+        "a GradScaler import fallback is called with an ambiguous positional argument",
+        "`GradScaler` names both `torch.amp`'s and `torch.cuda.amp`'s class (a `try`/`except "
+        "ImportError` fallback), and its first positional argument is neither a string (the device) "
+        "nor a number (the legacy `init_scale`)",
+        "the two classes read their positional arguments differently, so which one the call means is not certain",
+        "`GradScaler(args.init_scale)` under `try: from torch.amp import GradScaler` / `except "
+        "ImportError: from torch.cuda.amp import GradScaler`",
+        "pass the arguments by keyword (`GradScaler(init_scale=args.init_scale)`)",
     ),
     Code(
         "RPM190",

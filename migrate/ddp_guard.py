@@ -31,6 +31,7 @@ from libcst.metadata import Assignment
 from .edits import carry_comments
 from .names import PARALLEL_WRAPPERS
 from .plan import Binding
+from .syntax import only_assignment
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
@@ -87,8 +88,8 @@ def _guarded_model(facts: "ModuleFacts", statement: cst.BaseStatement) -> Option
         return None
     wrapped: Set[str] = set()
     for inner in statement.body.body:
-        small = inner.body[0] if isinstance(inner, cst.SimpleStatementLine) and len(inner.body) == 1 else None
-        if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        small = only_assignment(inner)
+        if small is None or len(small.targets) != 1:
             return None
         target, value = small.targets[0].target, small.value
         if not isinstance(target, cst.Name):
@@ -161,8 +162,8 @@ def _sync_expression(facts: "ModuleFacts", node: cst.BaseExpression, at: cst.CST
         values = []
         for assignment in assignments:
             line = facts.statement_of(assignment.node)
-            small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-            values.append(small.value if isinstance(small, cst.Assign) and len(small.targets) == 1 else None)
+            small = only_assignment(line)
+            values.append(small.value if small is not None and len(small.targets) == 1 else None)
         return bool(values) and all(v is not None and _sync_expression(facts, v, at, depth + 1) for v in values)
     return False
 
@@ -188,8 +189,8 @@ def aliased_models(facts: "ModuleFacts", built: Binding, owner: str) -> Set[str]
     found: Set[str] = set()
     for node in facts.assignments(owner, built.scope):  # type: ignore[arg-type]
         line = facts.statement_of(node)
-        small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-        value = small.value if isinstance(small, cst.Assign) else None
+        small = only_assignment(line)
+        value = small.value if small is not None else None
         if isinstance(value, cst.Attribute) and value.attr.value == "module":
             value = value.value
         if isinstance(value, cst.Name) and value.value != owner:

@@ -43,7 +43,7 @@ def steps_several(step: "StepBuilder", found: "StepGroup") -> bool:
 
 def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
     """Plan one step function per optimizer of ``found`` (see the module docstring)."""
-    from .plain_path import _other_branch
+    from .plain_path import other_branch  # plain_path builds on steps, which imports this module
     from .steps import StepGroup
 
     group = list(found.statements)
@@ -54,7 +54,7 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
         or len(set(optimizers)) != len(optimizers)
         or "guarded" in kinds
         or kinds.count("update") > 1
-        or _other_branch(step)
+        or other_branch(step)
     ):
         raise unsupported_group(step, group, kinds)
     trained: Dict[str, Tuple[str, Binding, str]] = {}
@@ -135,7 +135,7 @@ def _segments(
     joins the segment it sits in (the last optimizer's: it must follow every step)."""
     last_step = max(i for i, kind in enumerate(kinds) if kind == "step")
     if "update" in kinds and kinds.index("update") < last_step:
-        raise Blocked(group[kinds.index("update")], "RPM106", "scaler.update() before the last scaler.step()")
+        raise Blocked(group[kinds.index("update")], "RPM134", "scaler.update() before the last scaler.step()")
     segments: List[Tuple[str, int]] = []
     for position, owner in enumerate(owners):
         current = segments[-1][0] if segments else None

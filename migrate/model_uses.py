@@ -48,7 +48,9 @@ class ModelUses:
                 "before a main-thread write of optimizer state (it would race with the asynchronous step)",
             )
         seen: Set[Tuple[int, str]] = set()
-        queue = list(self.rules.plan.wrapped_models)
+        # A name wrapped twice in one scope (a model rebuilt and wrapped again) is followed
+        # from its first wrap: popped first, it covers the uses between the two wraps too.
+        queue = sorted(self.rules.plan.wrapped_models, key=lambda wrapped: wrapped[2], reverse=True)
         while queue:
             scope, name, after = queue.pop()
             if (id(scope), name) in seen:
@@ -103,6 +105,13 @@ class ModelUses:
             return False
         self.rules.plan.edits.replace_expression(
             access, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
+        )
+        self.rules.plan.rewrites.append(
+            (
+                call,
+                f"{name} -> {name}.model: {code(call.func)}() is a checkpoint helper of another file; "
+                "it gets the wrapped module",
+            )
         )
         self._synchronize_before(access, name, "before a checkpoint helper of another file")
         return True

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, List, Optional, Set
 import libcst as cst
 import libcst.matchers as m
 
+from .origins import exclusive
 from .plan import Blocked
 from .syntax import code, names_in, only_expression
 
@@ -58,20 +59,10 @@ def other_backward(step: "StepBuilder") -> Optional[cst.Call]:
     both, as the plain path of a two-path step is); None when there is none."""
     facts = step.facts
     for call in facts.backward_calls:
-        if facts.within(call, step.backward) or _exclusive(step, call):
+        if facts.within(call, step.backward) or exclusive(facts, call, step.backward):
             continue
         return call
     return None
-
-
-def _exclusive(step: "StepBuilder", call: cst.Call) -> bool:
-    """``call`` and the step's backward sit in different branches of one ``if``."""
-    facts = step.facts
-    mine = {id(a) for a in facts.ancestors(step.backward)}
-    common = next((a for a in facts.ancestors(call) if id(a) in mine), None)
-    if not isinstance(common, cst.If) or common.orelse is None:
-        return False
-    return facts.within(call, common.body) != facts.within(step.backward, common.body)
 
 
 def feeds_later_backward(step: "StepBuilder") -> bool:
@@ -80,9 +71,9 @@ def feeds_later_backward(step: "StepBuilder") -> bool:
     on the real batch, one on the fakes, then one step): this backward only accumulates
     gradients for the step after that one, and stays as written (autograd form). Planned:
     nothing but the report line; the later backward's step is planned on its own."""
-    from .plain_path import _other_branch
+    from .plain_path import other_branch  # plain_path builds on steps, which imports this module
 
-    if not step.autograd_form or _other_branch(step):
+    if not step.autograd_form or other_branch(step):
         return False
     later = next((s for s in step.body[step.index + 1 :] if step.anchor in names_in(s)), None)
     scaled_backward = m.Call(
@@ -111,7 +102,7 @@ def check_fusable(step: "StepBuilder") -> None:
     if isinstance(backward, cst.Call) and backward.args:  # retain_graph=...: see _plan_backward
         raise Blocked(
             step.backward,
-            "RPM106",
+            "RPM133",
             "the backward keeps its graph (retain_graph) for a later backward; it stays as written",
         )
     other = other_backward(step)
@@ -251,8 +242,10 @@ def several_models_message(optimizer: str, models: Set[str]) -> str:
 
 
 def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds: List[Optional[str]]) -> Blocked:
-    """The refusal (RPM107) for a step group without exactly one ``scaler.step()``, or with
-    several ``scaler.update()`` calls, naming what the group holds or where it stopped."""
+    """The refusal for a step group without exactly one ``scaler.step()`` (RPM107 for
+    several, RPM106 for none), or with several ``scaler.update()`` calls (RPM134), naming
+    what the group holds or where it stopped."""
+    reason_code = "RPM107"
     if kinds.count("step") > 1:
         why = (
             "several optimizers are stepped after one backward "
@@ -260,8 +253,10 @@ def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds
             "function serves one model's optimizer; not migrated"
         )
     elif kinds.count("update") > 1:
+        reason_code = "RPM134"
         why = f"`{step.scaler}.update()` is called {kinds.count('update')} times in one step; not migrated"
     else:
+        reason_code = "RPM106"
         block = step.facts.parent(group[-1])
         body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         position = body.index(group[-1]) + 1 if group[-1] in body else len(body)
@@ -270,4 +265,4 @@ def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds
         why = (
             f"no `{step.scaler}.step(optimizer)` among the optimizer statements after the backward{where}; not migrated"
         )
-    return Blocked(group[0], "RPM107", why)
+    return Blocked(group[0], reason_code, why)

@@ -21,6 +21,7 @@ from libcst.metadata import Assignment
 
 from .origins import parameters_fed
 from .plan import Binding
+from .syntax import only_assignment
 
 if TYPE_CHECKING:
     from .steps import StepBuilder
@@ -77,8 +78,8 @@ def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optio
     if not isinstance(node, cst.CSTNode) or facts.order(node) >= facts.order(built.value):
         return None
     line = facts.statement_of(node)
-    small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+    small = only_assignment(line)
+    if small is None or len(small.targets) != 1:
         return None
     return small.value
 

@@ -10,14 +10,36 @@ them after the running step (``model.synchronize()`` before it); this module onl
 
 from __future__ import annotations
 
-from typing import Callable, List, Set
+from typing import TYPE_CHECKING, Callable, List, Optional, Set
 
 import libcst as cst
 
-from .names import ModuleFacts
+from .names import LR_SCHEDULER_PREFIX, ModuleFacts
+from .plan import Binding, Blocked
 from .syntax import dotted, method_call
 
-__all__ = ["optimizer_writes"]
+if TYPE_CHECKING:
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["is_scheduler", "optimizer_writes"]
+
+
+def is_scheduler(rules: "TorchAmpRules", name: str, at: cst.CSTNode) -> bool:
+    """``name`` (a name or ``self.attribute`` read at ``at``) holds a learning-rate scheduler:
+    it is bound by a call of ``torch.optim.lr_scheduler``, or it is named like one (``sched``
+    in the name: a scheduler built by a helper, handed in as a parameter, or held in an
+    attribute the rules do not follow). Raises :class:`Blocked` for a plain name that the
+    file does not bind."""
+    binding: Optional[Binding] = None
+    try:
+        binding = rules._binding(name, at)
+    except Blocked:
+        if "." not in name:
+            raise
+    if binding is not None and isinstance(binding.value, cst.Call):
+        if rules.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX]):
+            return True
+    return "sched" in name.lower()
 
 
 def optimizer_writes(

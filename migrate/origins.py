@@ -16,6 +16,7 @@ from libcst.metadata import Assignment, Scope
 
 from .names import argument_for
 from .plan import Binding, Blocked
+from .syntax import only_assignment
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
@@ -80,10 +81,8 @@ def _exclusive_branches(rules: "TorchAmpRules", binding: Binding, at: cst.CSTNod
         return []
     found = []
     for statement in statements:
-        small = (
-            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-        )
-        if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        small = only_assignment(statement)
+        if small is None or len(small.targets) != 1:
             return []
         found.append(Binding(scope, binding.name, statement, small.value))
     return found

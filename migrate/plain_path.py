@@ -16,7 +16,7 @@ of optimizer state does).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Type
 
 import libcst as cst
 import libcst.matchers as m
@@ -28,9 +28,10 @@ from .syntax import method_call, only_expression
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["plan_plain_path"]
+__all__ = ["PLAIN_BACKWARD", "PlainStepBuilder", "other_branch", "plan_plain_path"]
 
-_PLAIN_BACKWARD = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward")), args=[])
+#: ``loss.backward()``: the backward of a plain path.
+PLAIN_BACKWARD = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward")), args=[])
 
 
 class PlainStepBuilder(StepBuilder):
@@ -61,7 +62,7 @@ class PlainStepBuilder(StepBuilder):
         if kinds.count("step") != 1 or found.block is not self.block:
             raise Blocked(
                 found.statements[0],
-                "RPM106",
+                "RPM136",
                 "the plain (non-AMP) path does not call "
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
@@ -77,25 +78,31 @@ class PlainStepBuilder(StepBuilder):
         return list(updated), None
 
 
-def plan_plain_path(amp_step: StepBuilder) -> None:
+def plan_plain_path(
+    amp_step: StepBuilder, backward: m.Call = PLAIN_BACKWARD, builder: Type[PlainStepBuilder] = PlainStepBuilder
+) -> bool:
     """If ``amp_step`` is one branch of an ``if``/``else`` whose other branch trains with a
-    plain ``loss.backward()``, migrate that branch's step as well."""
-    others = _other_branch(amp_step)
-    backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
+    plain backward (a statement matching ``backward``), migrate that branch's step as well,
+    with ``builder``; True when there is such a branch. Raises :class:`Blocked` (RPM136)
+    when that branch runs several backwards, or does not step as :class:`PlainStepBuilder`
+    requires."""
+    backwards = [s for s in other_branch(amp_step) if m.matches(only_expression(s) or cst.Pass(), backward)]
     if not backwards:
-        return
+        return False
     if len(backwards) != 1:
         raise Blocked(
-            backwards[0], "RPM106", "the other branch of a migrated AMP step runs several backwards; not migrated"
+            backwards[1], "RPM136", "the plain (non-AMP) branch beside a migrated AMP step runs several backwards"
         )
     call = only_expression(backwards[0])
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-    PlainStepBuilder(amp_step.rules, backwards[0], call.func.value, amp_step).plan()  # type: ignore[arg-type]
+    builder(amp_step.rules, backwards[0], call.func.value, amp_step).plan()  # type: ignore[arg-type]
+    return True
 
 
-def _other_branch(step: StepBuilder) -> List[cst.BaseStatement]:
+def other_branch(step: StepBuilder) -> List[cst.BaseStatement]:
     """The statements of the other branch of the ``if``/``else`` whose body or ``else``
-    holds the step's backward (none when there is no such ``if``)."""
+    holds the step's backward (none when there is no such ``if``): the plain path of a
+    two-path step, which the step's own rules must leave to :func:`plan_plain_path`."""
     owner = step.facts.parent(step.block)
     statement = step.facts.parent(owner) if isinstance(owner, cst.Else) else owner
     if not isinstance(statement, cst.If) or not isinstance(statement.orelse, cst.Else):

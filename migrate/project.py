@@ -385,12 +385,13 @@ def _handed_to_wrapper_user(
     call: ast.Call,
     callee: Tuple[str, str, int],
 ) -> bool:
-    """Every wrapped model ``call`` passes goes to a checkpoint helper's saved parameter (the
-    caller now hands ``model.model``) or to a parameter of a training function that the
+    """Every wrapped model ``call`` passes goes to a checkpoint helper's state-only parameter
+    (:mod:`migrate.state_helpers`) or to a parameter of a training function that the
     callee's file, migrated with the wrapper, treats as a RoundPipe model."""
     name, target, _ = callee
     wrapped = set(results[path].wrapped_models)
-    helpers = contexts.get(path, WrapperContext()).checkpoint_params
+    helper = _state_helpers_of(files, path).get(name)
+    saved = helper.state_only if helper is not None else frozenset()
     function = _function_named(files[target], _defined_name(files[path], name, target))
     params = [a.arg for a in function.args.args] if function is not None else []
     trainer = function is not None and any(
@@ -399,12 +400,11 @@ def _handed_to_wrapper_user(
     for position, arg in enumerate(call.args):
         if isinstance(arg, ast.Name) and arg.id in wrapped:
             param = params[position] if position < len(params) else None
-            if (name, param, position) not in helpers and not (trainer and param in results[target].wrapped_models):
+            if param not in saved and not (trainer and param in results[target].wrapped_models):
                 return False
     for keyword in call.keywords:
         if isinstance(keyword.value, ast.Name) and keyword.value.id in wrapped:
-            saved = any(n == name and p == keyword.arg for n, p, _ in helpers)
-            if not saved and not (trainer and keyword.arg in results[target].wrapped_models):
+            if keyword.arg not in saved and not (trainer and keyword.arg in results[target].wrapped_models):
                 return False
     return True
 
@@ -434,10 +434,9 @@ def wrapper_contexts(
     """For each file taking part in a loss-scaler wrapper class of another given file (one
     with ``__call__``: :mod:`migrate.scaler_wrapper`), what the other files say: the names
     it imports the class under, whether another file builds a class it defines, which of
-    its functions' parameters another file feeds an instance, and which functions of other
-    files it calls only save or load a parameter's state (checkpoint helpers); also for
-    files building timm's wrapper (:data:`~migrate.scaler_wrapper.LIBRARY_WRAPPERS`) and
-    handing it on. ``found``: :func:`_wrapper_classes` of ``files``, when already known."""
+    its functions' parameters another file feeds an instance; also for files building timm's
+    wrapper (:data:`~migrate.scaler_wrapper.LIBRARY_WRAPPERS`) and handing it on.
+    ``found``: :func:`_wrapper_classes` of ``files``, when already known."""
     wrappers = {
         key
         for key in (_wrapper_classes(files) if found is None else found)
@@ -449,8 +448,6 @@ def wrapper_contexts(
     classes: Dict[str, Set[str]] = {}
     built: Dict[str, Set[str]] = {}
     instance_params: Dict[str, Set[Tuple[str, str]]] = {}
-    helpers: Dict[str, Set[Tuple[str, str, int]]] = {}
-    state_helpers: Dict[str, Dict[str, StateHelper]] = {}  # file -> its checkpoint helpers, found once
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -474,19 +471,12 @@ def wrapper_contexts(
                 fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
                 fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
                 instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
-            if edge.target not in state_helpers:
-                target_tree = files[edge.target].tree
-                state_helpers[edge.target] = find_state_helpers(target_tree) if target_tree is not None else {}
-            helper = state_helpers[edge.target].get(defined)
-            state_only = helper.state_only if helper is not None else frozenset()
-            helpers.setdefault(path, set()).update((name, p, i) for i, p in enumerate(params) if p in state_only)
     paths = set(classes) | set(built) | set(instance_params)
     return {
         path: WrapperContext(
             classes=frozenset(classes.get(path, ())),
             built_elsewhere=frozenset(built.get(path, ())),
             instance_params=frozenset(instance_params.get(path, ())),
-            checkpoint_params=frozenset(helpers.get(path, ())),
         )
         for path in sorted(paths)
     }

@@ -40,7 +40,8 @@ under ``--exact``, and always when ``__call__`` returns a value the step functio
 ``roundpipe.RoundPipe`` before its optimizer, the optimizer takes ``model.optim_parameters()``
 and the construction gets ``model=model``; at every call ``parameters=model.parameters()``
 becomes ``model.optim_parameters()``; a model handed to a checkpoint helper of another file
-is handed as ``model.model`` after ``model.synchronize()``.
+is handed as ``model.model`` after ``model.synchronize()`` (by :class:`migrate.model_uses.ModelUses`,
+as for every wrapped model).
 
 A class that holds a GradScaler on ``self`` and defines ``__call__`` but does anything else
 is refused precisely (RPM111). A class already in this form (``roundpipe.GradScaler``) is
@@ -57,11 +58,11 @@ import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 
 from .names import SCALER_STATE_METHODS
-from .optimizer_writes import optimizer_writes
-from .plain_path import PlainStepBuilder, _other_branch
+from .optimizer_writes import is_scheduler, optimizer_writes
+from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
 from .steps import plan_model_wrap
-from .syntax import code, leading_lines, only_expression
+from .syntax import code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -73,7 +74,6 @@ LIBRARY_WRAPPERS: Dict[str, str] = {
     "timm.utils.NativeScaler": "roundpipe.compat.NativeScaler",
     "timm.utils.cuda.NativeScaler": "roundpipe.compat.NativeScaler",
 }
-_CHECKPOINT_NOTE = "a checkpoint helper of another file; it gets the wrapped module"
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,11 @@ class WrapperContext:
     ``classes``: names bound in this file to wrapper classes of another file;
     ``built_elsewhere``: wrapper classes defined here and built in another file;
     ``instance_params``: ``(function, parameter)`` of this file that another file feeds a
-    wrapper instance; ``checkpoint_params``: ``(name, parameter, position)`` of functions
-    of other files (as named here) that only save or load the state of that parameter."""
+    wrapper instance."""
 
     classes: FrozenSet[str] = frozenset()
     built_elsewhere: FrozenSet[str] = frozenset()
     instance_params: FrozenSet[Tuple[str, str]] = frozenset()
-    checkpoint_params: FrozenSet[Tuple[str, str, int]] = frozenset()
 
 
 @dataclass
@@ -191,7 +189,7 @@ class ScalerWrappers:
         except ValueError:  # the spelling the scaler rules refuse
             raise Blocked(
                 call,
-                "RPM104",
+                "RPM138",
                 "GradScaler import fallback mixes torch.amp and torch.cuda.amp with positional arguments; "
                 "pass them by keyword",
             )
@@ -452,8 +450,6 @@ class ScalerWrappers:
                     target = self.rules.parameter_fed_by(parent)
                     if target is not None:
                         instances.append(target)
-        if built:
-            self._plan_checkpoint_helpers()
         return built
 
     def _may_be_library_wrapper(self, call: cst.Call) -> bool:
@@ -486,11 +482,9 @@ class ScalerWrappers:
         library's wrapper (``library``: its RoundPipe drop-in) is replaced by the drop-in,
         which waits for its steps (``is_async=False``) under ``--exact``."""
         statement = self.facts.statement_of(call)
-        small = (
-            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-        )
+        small = only_assignment(statement)
         if not (
-            isinstance(small, cst.Assign)
+            small is not None
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
             and (small.value is call or _optional(small.value, call))
@@ -609,7 +603,7 @@ class ScalerWrappers:
         when the backward is done, never between a forward and its backward."""
         root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
         skipped: Set[cst.CSTNode] = {site}
-        if not optimizer_writes(self.facts, root, optimizer, _named_scheduler, skipped, set()):
+        if not optimizer_writes(self.facts, root, optimizer, self._is_scheduler, skipped, set()):
             return
         block = self.facts.parent(site)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -623,6 +617,14 @@ class ScalerWrappers:
             )
         )
 
+    def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
+        """:func:`~migrate.optimizer_writes.is_scheduler`; a name this file does not bind
+        (a global of another module) is judged by its name."""
+        try:
+            return is_scheduler(self.rules, name, at)
+        except Blocked:
+            return "sched" in name.lower()
+
     def _plan_plain_path(self, call: cst.Call, optimizer: str, model: str) -> cst.BaseStatement:
         """``if loss_scaler is not None: loss_scaler(...) else: loss.backward(); ...;
         optimizer.step()``: the plain branch takes the autograd form as well. Returns the
@@ -631,50 +633,10 @@ class ScalerWrappers:
         block = self.facts.parent(statement)
         assert block is not None  # a statement's block
         step = _WrapperStep(self.rules, self.facts, block, code(call.func), (optimizer, model), None, model)
-        others = _other_branch(step)  # type: ignore[arg-type]
-        backwards = [s for s in others if m.matches(only_expression(s) or cst.Pass(), _PLAIN_BACKWARD)]
-        if len(backwards) > 1:
-            raise Blocked(
-                backwards[1], "RPM106", "the plain path beside the loss-scaler wrapper runs several backwards"
-            )
-        if not backwards:
+        if not plan_plain_path(step, _PLAIN_BACKWARD, _PlainPathBesideWrapper):  # type: ignore[arg-type]
             return statement
-        backward = only_expression(backwards[0])
-        assert isinstance(backward, cst.Call) and isinstance(backward.func, cst.Attribute)
-        _PlainPathBesideWrapper(self.rules, backwards[0], backward.func.value, step).plan()  # type: ignore[arg-type]
         owner = self.facts.parent(block)
         return self.facts.parent(owner) if isinstance(owner, cst.Else) else owner  # type: ignore[return-value]
-
-    def _plan_checkpoint_helpers(self) -> None:
-        """A wrapped model handed to a checkpoint helper of another file (which only saves
-        or loads its state) is handed as ``model.model``, after ``model.synchronize()``."""
-        helpers = {(name, position): param for name, param, position in self.context.checkpoint_params}
-        wrapped = [(scope, name, after) for scope, name, after in self.plan.wrapped_models if after > 0]
-        for call in self.facts.subtree(self.facts.module, cst.Call):
-            callee = code(call.func)  # `save_model` or `misc.save_model`, as the context names it
-            if not m.matches(call.func, m.Name() | m.Attribute(value=m.Name())):
-                continue
-            for position, arg in enumerate(call.args):
-                key = arg.keyword.value if arg.keyword is not None else None
-                param = helpers.get((callee, position)) if key is None else None
-                if key is not None and (callee, key) in {(n, p) for (n, _), p in helpers.items()}:
-                    param = key
-                if param is None or not isinstance(arg.value, cst.Name):
-                    continue
-                if not any(
-                    arg.value.value == name and self.facts.scope(call) is scope and self.facts.order(call) > after
-                    for scope, name, after in wrapped
-                ):
-                    continue
-                model = arg.value.value
-                self.plan.edits.replace_expression(
-                    arg.value,
-                    lambda updated: cst.Attribute(value=updated, attr=cst.Name("model")),
-                )
-                self.plan.synchronize_before.append((self.facts.statement_of(call), model))
-                self.plan.rewrites.append(
-                    (call, f"{model} -> {model}.model: {code(call.func)}() is {_CHECKPOINT_NOTE}")
-                )
 
 
 @dataclass(frozen=True)
@@ -705,10 +667,6 @@ class _PlainPathBesideWrapper(PlainStepBuilder):
 
     def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
         return None
-
-
-def _named_scheduler(name: str, at: cst.CSTNode) -> bool:
-    return "sched" in name.lower()
 
 
 def _first_statement(function: cst.FunctionDef) -> Optional[cst.CSTNode]:

@@ -23,7 +23,7 @@ from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
-from .syntax import code, names_outside, written_and_read
+from .syntax import code, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -72,14 +72,10 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
         if all(parts) and all(builder._classify(s) in GUARDABLE for part in parts for s in part):
             return "guarded"
         return None
-    if not (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Assign)
-        and all(isinstance(t.target, cst.Name) for t in statement.body[0].targets)
-    ):
+    assign = only_assignment(statement)
+    if assign is None or not all(isinstance(t.target, cst.Name) for t in assign.targets):
         return None
-    value = statement.body[0].value
+    value = assign.value
     calls = m.findall(value, m.Call())
     if any(isinstance(c, cst.Call) and builder.facts.calls_any(c, CLIP_FUNCTIONS) for c in calls):
         return "measure"
@@ -146,12 +142,13 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
     """``norm = clip_grad_norm_(...)`` then ``if not torch.isfinite(norm): ... scaler.step``:
     the branch holding the optimizer step is chosen on the main thread from a value only the
     step function can compute (the copies' gradients), and the branches do main-thread work
-    (logging, counters) around the step. Raises :class:`Blocked` (RPM106) naming the value."""
+    (logging, counters) around the step. Raises :class:`Blocked` naming the value (RPM134 for a norm measured after
+    ``scaler.update()``, RPM135 for a step chosen by it)."""
     kinds = [builder._classify(s) for s in found.statements]
     if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
         raise Blocked(
             found.statements[kinds.index("measure", kinds.index("update"))],
-            "RPM106",
+            "RPM134",
             "a gradient norm measured after scaler.update(): in RoundPipe the gradients are the "
             "optimizer copies' by then and the scale the step used is gone; measure it before "
             "scaler.step(), or migrate by hand",
@@ -167,7 +164,7 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
     if decided_by:
         raise Blocked(
             following,
-            "RPM106",
+            "RPM135",
             f"the optimizer step is chosen by `{code(following.test)}`, which reads "
             f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
             "that value exists only inside the step function, and the branches do main-thread "

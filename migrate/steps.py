@@ -19,9 +19,9 @@ from . import joint_steps, multi_step
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
-from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
+from .names import CLIP_FUNCTIONS
 from .optimizer_helpers import helper_model, plan_adopting_wrap
-from .optimizer_writes import optimizer_writes
+from .optimizer_writes import is_scheduler, optimizer_writes
 from .origins import INLINE, exclusive, origins, parameters_fed
 from .parallel import parallel_call
 from .plan import Binding, Blocked
@@ -43,6 +43,7 @@ from .syntax import (
     method_call,
     names_in,
     names_outside,
+    only_assignment,
     only_expression,
     receiver,
     statements_of,
@@ -54,11 +55,13 @@ if TYPE_CHECKING:
 
 __all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABLE", "plan_model_wrap"]
 
-#: Why the forward and the loss cannot move into a loss function: RPM106 (no forward of the
-#: recognised shape right before the backward), RPM107 (the model called several times),
-#: RPM113 (work between the forward and the backward that shares their values). A step
-#: refused for one of these takes the autograd form instead, which keeps them as written.
-UNFUSABLE = frozenset({"RPM106", "RPM107", "RPM113"})
+#: Why the forward and the loss cannot move into a loss function: RPM131 (no forward of the
+#: recognised shape right before the backward), RPM132 (a starred model call), RPM133 (the
+#: backward keeps its graph for a later one), RPM107 (the model called several times, or
+#: another backward in the program), RPM113 (work between the forward and the backward that
+#: shares their values). A step refused for one of these takes the autograd form instead,
+#: which keeps them as written.
+UNFUSABLE = frozenset({"RPM107", "RPM113", "RPM131", "RPM132", "RPM133"})
 _GUARDABLE: Set[Optional[str]] = set(GUARDABLE)  # step statements an `if` may hold alone
 
 
@@ -77,7 +80,7 @@ class StepBuilder:
         rules.plan.backward_statements.add(backward)
         block = self.facts.parent(backward)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-            raise Blocked(backward, "RPM106", "backward is not a statement of a block")
+            raise Blocked(backward, "RPM130", "backward is not a statement of a block")
         self.block: Union[cst.IndentedBlock, cst.Module] = block
         self.body = list(self.block.body)
         self.index = self.body.index(backward)
@@ -222,15 +225,7 @@ class StepBuilder:
         return found
 
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
-        try:
-            binding = self.rules._binding(name, at)
-        except Blocked:
-            if "." not in name:
-                raise
-            return False  # an attribute the rules cannot follow: not a known scheduler
-        if binding.value is not None and isinstance(binding.value, cst.Call):
-            return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
-        return "sched" in name.lower()
+        return is_scheduler(self.rules, name, at)
 
     def _find_step_group(self) -> "StepGroup":
         """The optimizer step statements: the first contiguous run of step statements after
@@ -286,7 +281,7 @@ class StepBuilder:
                 return found, True
             if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
                 if statement.orelse is not None:
-                    raise Blocked(statement, "RPM106", "conditional optimizer step with an else branch")
+                    raise Blocked(statement, "RPM135", "conditional optimizer step with an else branch")
                 inner: List[cst.BaseStatement] = list(statement.body.body)  # type: ignore[arg-type]
                 for inner_position in range(len(inner)):
                     found = self._step_run(statement.body, inner, inner_position, statement)
@@ -316,15 +311,15 @@ class StepBuilder:
         if kinds.count("step") != 1 or kinds.count("update") > 1:
             raise multi_step.unsupported_group(self, group, kinds)
         if "update" in kinds and kinds.index("update") < kinds.index("step"):
-            raise Blocked(group[0], "RPM106", "scaler.update() before scaler.step()")
+            raise Blocked(group[0], "RPM134", "scaler.update() before scaler.step()")
         step_call = only_expression(group[kinds.index("step")])
         assert isinstance(step_call, cst.Call)  # what _classify calls a step
         optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
+        if optimizer is None and len(step_call.args) > 1:
+            raise Blocked(step_call, "RPM102", "scaler.step() with extra arguments (e.g. a closure) is not migrated")
         if optimizer is None:
             raise Blocked(
-                step_call,
-                "RPM102" if len(step_call.args) > 1 else "RPM106",
-                "scaler.step() with extra arguments (e.g. a closure) is not migrated",
+                step_call, "RPM106", "scaler.step() is not given one optimizer by name or attribute; not migrated"
             )
         if "update" not in kinds:  # one of several steps sharing the scaler (a GAN)
             multi_step.require_update_later(self, group, optimizer)
@@ -457,11 +452,11 @@ class StepBuilder:
             end -= 1  # zero_grad() between loss and backward: moved into the step function
         self.zero_before_backward = list(range(end, self.index))
         if end == 0:
-            raise Blocked(self.backward, "RPM106", "no forward pass before the backward")
+            raise Blocked(self.backward, "RPM131", "no forward pass before the backward")
         previous = self.body[end - 1]
         if isinstance(previous, cst.With):
             if not all(self.facts.is_autocast(item) for item in previous.items):
-                raise Blocked(previous, "RPM106", "forward inside a `with` block that is not autocast")
+                raise Blocked(previous, "RPM131", "forward inside a `with` block that is not autocast")
             inner = statements_of(previous.body)
             start = self._model_statement(inner, model, previous)
             return ForwardRegion(previous.body, inner, start, len(inner), previous, end - 1)
@@ -499,7 +494,7 @@ class StepBuilder:
             position -= 1
         raise Blocked(
             at,
-            "RPM106",
+            "RPM131",
             f"the forward pass (a call of {model!r} followed only by "
             "simple statements computing the loss) was not found before the backward",
         )
@@ -532,7 +527,7 @@ class StepBuilder:
         if found.block is not self.block:
             raise Blocked(
                 zero_grad,
-                "RPM106",
+                "RPM135",
                 "zero_grad() every iteration but an optimizer step "
                 "under a condition or after a loop; not certain, left untouched",
             )
@@ -595,7 +590,7 @@ class StepBuilder:
                 needed = (needed - written) | read
         moved[0] = True
         if output_name is not None and output_name not in needed:
-            raise Blocked(statements[0], "RPM106", "the loss does not depend on the model's output; not migrated")
+            raise Blocked(statements[0], "RPM131", "the loss does not depend on the model's output; not migrated")
         return moved
 
     def _check_kept(
@@ -672,8 +667,8 @@ class StepBuilder:
         return False
 
     def _output_binding(self, first: cst.BaseStatement, model_call: cst.Call) -> Tuple[Optional[str], bool]:
-        small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1 else None
-        if isinstance(small, cst.Assign) and small.value is model_call and len(small.targets) == 1:
+        small = only_assignment(first)
+        if small is not None and small.value is model_call and len(small.targets) == 1:
             target = small.targets[0].target
             if isinstance(target, cst.Name):
                 return target.value, True
@@ -744,7 +739,7 @@ class StepBuilder:
         star_kwargs: Optional[cst.BaseExpression] = None
         for arg in model_call.args:
             if arg.star == "*":
-                raise Blocked(model_call, "RPM106", "model called with *args; not migrated")
+                raise Blocked(model_call, "RPM132", "model called with *args; not migrated")
             if arg.star == "**":
                 star_kwargs = arg.value
             elif arg.keyword is not None:
@@ -752,7 +747,7 @@ class StepBuilder:
             else:
                 args.append(arg.value)
         if star_kwargs is not None and kwargs:
-            raise Blocked(model_call, "RPM106", "model called with **kwargs and keywords; not migrated")
+            raise Blocked(model_call, "RPM132", "model called with **kwargs and keywords; not migrated")
         return args, (star_kwargs if star_kwargs is not None else tuple(kwargs))
 
     def _emit_forward(self, region: "ForwardRegion", forward: "ForwardPlan") -> None:
@@ -774,7 +769,7 @@ class StepBuilder:
         if logged and scope is not None and any(not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
             raise Blocked(
                 forward.model_call,
-                "RPM106",
+                "RPM137",
                 "the file binds its own `sum`, which the "
                 "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
                 "not migrated",

@@ -15,6 +15,7 @@ __all__ = [
     "method_call",
     "calls_method",
     "only_expression",
+    "only_assignment",
     "names_in",
     "assigned_names",
     "is_assignment_line",
@@ -79,6 +80,17 @@ def only_expression(statement: cst.CSTNode) -> Optional[cst.BaseExpression]:
         small = statement.body[0]
         if isinstance(small, cst.Expr):
             return small.value
+    return None
+
+
+def only_assignment(statement: Optional[cst.CSTNode]) -> Optional[cst.Assign]:
+    """The assignment of a statement line that holds one ``=`` assignment and nothing else
+    (``a = f()``, ``a, b = f()``, ``a = b = f()``; not ``a = f(); b = 1``, ``a += 1`` or
+    ``a: T = f()``), else None. Callers that need one target check ``targets`` themselves."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign):
+            return small
     return None
 
 

@@ -40,7 +40,7 @@ from .scaler_device import upstream_arguments
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .steps import StepBuilder
-from .syntax import calls_method, code, leading_lines, only_expression, tests_presence
+from .syntax import calls_method, code, leading_lines, only_assignment, only_expression, tests_presence
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -221,10 +221,8 @@ class TorchAmpRules:
         """``node`` binds the result of a known call that is not a torch GradScaler (e.g.
         RoundPipe's own, possibly ``... if amp else None``)."""
         statement = self.facts.statement_of(node) if isinstance(node, cst.CSTNode) else None
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-            return False
-        small = statement.body[0]
-        value = small.value if isinstance(small, cst.Assign) else None
+        small = only_assignment(statement)
+        value = small.value if small is not None else None
         if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Call) and _optional(value, value.body):
             value = value.body
         if not isinstance(value, cst.Call):
@@ -243,7 +241,7 @@ class TorchAmpRules:
             except ValueError:
                 raise Blocked(
                     call,
-                    "RPM104",
+                    "RPM138",
                     "GradScaler import fallback mixes torch.amp and "
                     "torch.cuda.amp with positional arguments; pass them by keyword",
                 )
@@ -438,13 +436,12 @@ class TorchAmpRules:
             raise Blocked(at, "RPM108", f"{name!r} is not built in this file")
         statement = self.facts.statement_of(node)
         value = None
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            small = statement.body[0]
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                value = small.value
-                inner = returned_name(self.facts, small, name)  # `model, optimizer = build()`
-                if inner is not None:
-                    return self._binding(inner.value, inner)
+        small = only_assignment(statement)
+        if small is not None and len(small.targets) == 1:
+            value = small.value
+            inner = returned_name(self.facts, small, name)  # `model, optimizer = build()`
+            if inner is not None:
+                return self._binding(inner.value, inner)
         return Binding(assignment.scope, name, statement, value)
 
     def _caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
@@ -587,7 +584,7 @@ class TorchAmpRules:
             and isinstance(statement, cst.SimpleStatementLine)  # it is where only_expression is not None
         ):
             raise Blocked(
-                access, "RPM106", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
+                access, "RPM130", "scaler.scale(...) is not used as `scaler.scale(loss).backward()` on its own line"
             )
         for arg in backward_call.args:
             if arg.keyword is not None and arg.keyword.value == "retain_graph":
@@ -598,9 +595,9 @@ class TorchAmpRules:
                     "RPM103",
                     "backward(create_graph=True) (higher-order gradients) has no RoundPipe form; left untouched",
                 )
-            raise Blocked(backward_call, "RPM106", "backward() with arguments is not migrated")
+            raise Blocked(backward_call, "RPM130", "backward() with arguments is not migrated")
         if len(scale_call.args) != 1:
-            raise Blocked(scale_call, "RPM106", "scaler.scale() of several outputs is not migrated")
+            raise Blocked(scale_call, "RPM130", "scaler.scale() of several outputs is not migrated")
         step = StepBuilder(self, scaler, statement, scale_call.args[0].value)
         step.plan()
         plan_plain_path(step)

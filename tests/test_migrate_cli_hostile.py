@@ -429,7 +429,7 @@ def test_compiler_warnings_are_neither_errors_nor_noise(tmp_path):
 
 def test_an_import_fallback_between_the_two_spellings_with_a_positional_argument_is_refused(tmp_path, capsys):
     """``GradScaler(device)`` under a torch.amp / torch.cuda.amp import fallback cannot be
-    mapped (device first, or init_scale first?): RPM104, not an engine crash (RPM904)."""
+    mapped (device first, or init_scale first?): RPM138, not an engine crash (RPM904)."""
     imports = (
         "try:\n    from torch.amp import GradScaler\nexcept ImportError:\n    from torch.cuda.amp import GradScaler\n"
     )
@@ -437,4 +437,4 @@ def test_an_import_fallback_between_the_two_spellings_with_a_positional_argument
     path = tmp_path / "a.py"
     path.write_text(source.replace("torch.amp.GradScaler(device)", "GradScaler(device)"))
     code, _, err = run(capsys, path)
-    assert code == 1 and "RPM104" in err and "RPM904" not in err
+    assert code == 1 and "RPM138" in err and "RPM904" not in err

@@ -271,10 +271,9 @@ if __name__ == "__main__":
 }
 
 
-def test_project_contexts_name_builders_callers_and_checkpoint_helpers():
+def test_project_contexts_name_builders_and_callers():
     contexts = wrapper_contexts(project_view(PROJECT))
     assert contexts["main.py"].classes == {"NativeScalerWithGradNormCount"}
-    assert ("save_model", "model", 1) in contexts["main.py"].checkpoint_params
     assert contexts["util/misc.py"].built_elsewhere == {"NativeScalerWithGradNormCount"}
     assert contexts["engine.py"] == WrapperContext(instance_params=frozenset({("train_one_epoch", "loss_scaler")}))
 

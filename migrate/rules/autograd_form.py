@@ -100,7 +100,7 @@ RULE = Rule(
     order=45,
     description="a step whose forward cannot move into a loss function keeps its forward, loss code "
     "and backward; only the optimizer work moves into model.step",
-    codes=("RPM106",),
+    codes=("RPM133", "RPM135"),
     implemented_in=("steps.py",),
     patterns=(
         Pattern(
@@ -111,9 +111,9 @@ RULE = Rule(
         ),
         Pattern(
             "a loop of micro-steps (`for micro_step in range(k): ... scaler.scale(loss).backward()`) with the step after it; `if clip: scaler.unscale_(opt); clip_grad_norm_(...)` in the step",
-            "the step after the loop becomes `model.step(_step_fn)` + `scaler.update()`; the guarded unscale/clip moves into `_step_fn` as it is (clipping on `model.optim_parameters()`); a `zero_grad()` inside the micro-step loop refuses the step (RPM106)",
+            "the step after the loop becomes `model.step(_step_fn)` + `scaler.update()`; the guarded unscale/clip moves into `_step_fn` as it is (clipping on `model.optim_parameters()`); a `zero_grad()` inside the micro-step loop refuses the step (RPM135)",
             "微步循环（`for micro_step in range(k): ... scaler.scale(loss).backward()`），循环之后执行优化器步骤；步骤中的 `if clip: scaler.unscale_(opt); clip_grad_norm_(...)`",
-            "循环之后的步骤变为 `model.step(_step_fn)` + `scaler.update()`；带条件的 unscale/裁剪原样移入 `_step_fn`（裁剪改用 `model.optim_parameters()`）；微步循环内的 `zero_grad()` 会拒绝迁移该步骤（RPM106）",
+            "循环之后的步骤变为 `model.step(_step_fn)` + `scaler.update()`；带条件的 unscale/裁剪原样移入 `_step_fn`（裁剪改用 `model.optim_parameters()`）；微步循环内的 `zero_grad()` 会拒绝迁移该步骤（RPM135）",
         ),
     ),
     examples=(
@@ -150,7 +150,7 @@ RULE = Rule(
             ).replace("        optimizer.zero_grad(set_to_none=True)\n", ""),
             expect=("        model.synchronize()\n        optimizer.zero_grad()\n        for micro_step",),
         ),
-        Example(_ZEROED_EACH_MICRO_STEP, codes=("RPM106",)),
+        Example(_ZEROED_EACH_MICRO_STEP, codes=("RPM135",)),
         Example(_ALREADY_MIGRATED),
         Example(_MIGRATED_HELPER),
     ),

@@ -59,7 +59,7 @@ RULE = Rule(
         "gradient norms measured in the step, clipping under a condition with an else branch, "
         "and norms read after the step"
     ),
-    codes=("RPM106",),
+    codes=("RPM134", "RPM135"),
     implemented_in=("step_values.py", "steps.py"),
     patterns=(
         Pattern(
@@ -67,12 +67,12 @@ RULE = Rule(
             "between the backward and `scaler.step`; `if clip > 0: unscale_ + clip else: measure`",
             "moved into the step function in their order, measuring `model.optim_parameters()`; an "
             "`if`/`else` whose other statements are not optimizer work, or an `if` choosing the "
-            "step from the measured norm (`if not torch.isfinite(norm):`), refuses the file (RPM106)",
+            "step from the measured norm (`if not torch.isfinite(norm):`), refuses the file (RPM135)",
             "反向传播与 `scaler.step` 之间的 `norm = clip_grad_norm_(model.parameters(), c)` 或 "
             "`norm = helper(model.parameters())`；`if clip > 0: unscale_ + 裁剪 else: 计算范数`",
             "按原顺序移入步骤函数，改为在 `model.optim_parameters()` 上计算；若 `if`/`else` 中还有"
             "不属于优化器工作的语句，或由计算出的范数决定如何执行步骤（`if not torch.isfinite(norm):`），"
-            "文件被拒绝（RPM106）",
+            "文件被拒绝（RPM135）",
         ),
         Pattern(
             "a norm measured in the step and read after it (logged, returned)",
@@ -118,7 +118,7 @@ RULE = Rule(
             _CONDITIONAL.replace(
                 "        norm = grad_norm_of(", '        print("no clip")\n        norm = grad_norm_of('
             ),
-            codes=("RPM106",),
+            codes=("RPM135",),
         ),
         Example(  # the step is chosen on the main thread from the measured norm
             _LOGGED.replace(
@@ -127,7 +127,7 @@ RULE = Rule(
                 "            scaler.step(optimizer)\n            scaler.update()\n"
                 "        else:\n            scaler.step(optimizer)\n            scaler.update()\n",
             ),
-            codes=("RPM106",),
+            codes=("RPM135",),
         ),
         Example(  # measured after the update: the scale the step used is gone
             _LOGGED.replace(
@@ -136,7 +136,7 @@ RULE = Rule(
                 "        scaler.step(optimizer)\n        scaler.update()\n"
                 "        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
             ),
-            codes=("RPM106",),
+            codes=("RPM134",),
         ),
         Example(  # near-miss: a plain fp32 step measuring its norm
             "import torch\n\n# no GradScaler here\n\n\ndef step(model, optimizer):\n"

@@ -2,11 +2,14 @@
 
 from . import Example, Pattern, Rule
 
+#: a torch.amp step of the recognised shape
+_PLAIN = 'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n'
+
 RULE = Rule(
     name="loss_function",
     order=30,
     description="forward + loss become forward_backward with a loss function holding exactly what the loss depends on",
-    codes=("RPM107", "RPM113"),
+    codes=("RPM107", "RPM113", "RPM130", "RPM131", "RPM132", "RPM137"),
     implemented_in=("steps.py",),
     patterns=(
         Pattern(
@@ -57,7 +60,7 @@ RULE = Rule(
             ),
         ),
         Example(  # the loss is not read after the backward: no `_losses` to rebuild it
-            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
+            _PLAIN,
             expect=(
                 "                return scaler.scale(loss) / NUM_MICROBATCH\n\n            model.forward_backward(",
             ),
@@ -72,7 +75,20 @@ RULE = Rule(
         ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    sum = 0  # a user\'s own `sum`\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        print(loss.item())\n',
-            codes=("RPM106",),
+            codes=("RPM137",),
+        ),
+        Example(  # the scaled loss is bound first: not the recognised backward statement
+            _PLAIN.replace(
+                "        scaler.scale(loss).backward()\n",
+                "        scaled = scaler.scale(loss)\n        scaled.backward()\n",
+            ),
+            codes=("RPM130",),
+        ),
+        Example(  # backward(inputs=...): no forward_backward form
+            _PLAIN.replace(
+                "scaler.scale(loss).backward()", "scaler.scale(loss).backward(inputs=list(model.parameters()))"
+            ),
+            codes=("RPM130",),
         ),
         Example(
             "import torch\n\n# GradScaler mentioned in a comment only; the loss is computed without one\nloss = torch.ones(1).sum()\n",

@@ -6,7 +6,7 @@ RULE = Rule(
     name="step_function",
     order=50,
     description="the optimizer statements move, in order, into a step function for model.step",
-    codes=("RPM102", "RPM106", "RPM107"),
+    codes=("RPM102", "RPM106", "RPM107", "RPM134", "RPM135"),
     implemented_in=("steps.py",),
     patterns=(
         Pattern(
@@ -38,6 +38,14 @@ RULE = Rule(
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer, lambda: loss)\n        scaler.update()\n',
             codes=("RPM102",),
+        ),
+        Example(  # the optimizer statements after the backward stop before the scaler's step
+            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        print(loss.item())\n        scaler.step(optimizer)\n        scaler.update()\n',
+            codes=("RPM106",),
+        ),
+        Example(  # the scale updated before the step
+            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.update()\n        scaler.step(optimizer)\n',
+            codes=("RPM134",),
         ),
         Example(
             'import torch\n\n\ndef save(scaler: "torch.amp.GradScaler"):\n    torch.save(scaler.state_dict(), "scaler.pt")  # checkpointing only\n',

@@ -49,7 +49,7 @@ RULE = Rule(
     name="two_path_amp",
     order=55,
     description="optional AMP (a scaler that may be None) and a plain branch beside the AMP one migrate together",
-    codes=("RPM106",),
+    codes=("RPM136",),
     implemented_in=("plain_path.py", "torch_amp.py"),
     patterns=(
         Pattern(
@@ -60,9 +60,9 @@ RULE = Rule(
         ),
         Pattern(
             "`if amp: <AMP step> else: loss.backward(); [clip...;] optimizer.step()`",
-            "the AMP branch as any step; the plain branch in the autograd form: its backward kept, clipping (on `model.optim_parameters()`), `optimizer.step()`, `zero_grad` and scheduler steps moved into its own `_step_fn` for `model.step`; a `zero_grad()` before or after the `if` stays (after `model.synchronize()` in the asynchronous form); a plain branch that does not step once, unconditionally, refuses the file (RPM106)",
+            "the AMP branch as any step; the plain branch in the autograd form: its backward kept, clipping (on `model.optim_parameters()`), `optimizer.step()`, `zero_grad` and scheduler steps moved into its own `_step_fn` for `model.step`; a `zero_grad()` before or after the `if` stays (after `model.synchronize()` in the asynchronous form); a plain branch that does not step once, unconditionally, refuses the file (RPM136)",
             "`if amp: <AMP 步骤> else: loss.backward(); [裁剪...;] optimizer.step()`",
-            "AMP 分支按普通步骤迁移；普通分支采用 autograd 形式：保留其反向，裁剪（改用 `model.optim_parameters()`）、`optimizer.step()`、`zero_grad` 和调度器步骤移入它自己的 `_step_fn`，交给 `model.step`；`if` 之前或之后的 `zero_grad()` 留在原处（异步形式下在其前插入 `model.synchronize()`）；普通分支若不是无条件地恰好执行一次步骤，则拒绝迁移该文件（RPM106）",
+            "AMP 分支按普通步骤迁移；普通分支采用 autograd 形式：保留其反向，裁剪（改用 `model.optim_parameters()`）、`optimizer.step()`、`zero_grad` 和调度器步骤移入它自己的 `_step_fn`，交给 `model.step`；`if` 之前或之后的 `zero_grad()` 留在原处（异步形式下在其前插入 `model.synchronize()`）；普通分支若不是无条件地恰好执行一次步骤，则拒绝迁移该文件（RPM136）",
         ),
     ),
     examples=(
@@ -91,7 +91,14 @@ RULE = Rule(
             _OPTIONAL.replace(
                 "            optimizer.step()\n", "            if loss.item() < 10:\n                optimizer.step()\n"
             ),
-            codes=("RPM106",),
+            codes=("RPM136",),
+        ),
+        Example(  # the plain branch back-propagates two losses
+            _OPTIONAL.replace(
+                "            loss.backward()\n",
+                "            loss.backward()\n            loss.backward()\n",
+            ),
+            codes=("RPM136",),
         ),
         Example(
             'import torch\n\n\ndef log(scaler: "torch.amp.GradScaler | None", loss):\n'
