@@ -16,6 +16,10 @@ keep working:
   ``roundpipe.compat`` twins; apex imports are removed once nothing uses them;
 * apex's fused optimizers, SyncBN conversion and DDP: :mod:`migrate.apex_extras`.
 
+With the plain target (``--apex-target plain``) a file whose settings are literals that
+upstream RoundPipe's API can follow exactly gets plain code instead of the compat calls
+(:mod:`migrate.apex_plain`); any other file keeps the compat form with a note (RPM303).
+
 Everything else apex offers (``delay_unscale``, ``_amp_state``, ``disable_casts``, LAMB...)
 is reported (RPM201) and the file is left untouched.
 """
@@ -29,6 +33,15 @@ import libcst.matchers as m
 
 from .apex_attributes import HeldOnSelf
 from .apex_extras import EXTRAS, plan_extra, refusal
+from .apex_plain import (
+    PlainSetup,
+    Unplain,
+    helper_statements,
+    master_params_text,
+    plain_setup,
+    steps_follow,
+    top_block_end,
+)
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .steps import StepBuilder
@@ -149,11 +162,13 @@ class ApexStepBuilder(StepBuilder):
 class ApexRules(TorchAmpRules):
     """Finds every use of ``apex`` in a module and plans its RoundPipe replacement."""
 
-    def __init__(self, facts: ModuleFacts, exact: bool, plan: Plan) -> None:
+    def __init__(self, facts: ModuleFacts, exact: bool, plan: Plan, target: str = "compat") -> None:
         super().__init__(facts, exact)
         self.plan = plan
+        self.target = target
+        self.plain: Optional[PlainSetup] = None
         self._models: Set[Tuple[int, str]] = set()
-        self.notes: List[Tuple[cst.CSTNode, str]] = []
+        self.notes: List[Tuple[cst.CSTNode, str, str]] = []
         self._scaler_scopes: Set[int] = set()
         self._old_scale_loss: List[cst.Attribute] = []
         self._held: List[HeldOnSelf] = []
@@ -163,6 +178,8 @@ class ApexRules(TorchAmpRules):
         uses = self._apex_uses()
         if not uses:
             return self.plan
+        if self.target == "plain":
+            self._choose_plain(uses)
         for node, qualified in uses:
             if qualified == "apex.amp.initialize":
                 self._plan_initialize(node)
@@ -175,6 +192,8 @@ class ApexRules(TorchAmpRules):
                 continue
             if qualified == "apex.amp.scale_loss":
                 self._plan_scale_loss(node)
+            elif qualified == "apex.amp.master_params" and self.plain is not None:
+                self._plain_master_params(node)
             elif qualified in _COMPAT:
                 self._rename(node, _COMPAT[qualified])
             elif self._is_import(node):
@@ -207,6 +226,63 @@ class ApexRules(TorchAmpRules):
                 uses.append((node, max(names, key=len)))
         return uses
 
+    # ------------------------------------------------------------ the plain target
+    def _choose_plain(self, uses: List[Tuple[cst.CSTNode, str]]) -> None:
+        """Set :attr:`plain` when the whole file can be written with upstream's API, else
+        note (RPM303) why it keeps the compat form."""
+        allowed = ("apex.amp.scale_loss", "apex.amp.master_params", *EXTRAS)
+        found = plain_setup(self.facts, uses, allowed, self._constructed)
+        if isinstance(found, PlainSetup):
+            withs = [self.facts.statement_of(node) for node, qualified in uses if qualified == "apex.amp.scale_loss"]
+            blocks = [w for w in withs if isinstance(w, cst.With)]
+            found = steps_follow(self.facts, blocks, found.optimizer) or found
+        if isinstance(found, Unplain):
+            reason = f"kept on roundpipe.compat, which upstream RoundPipe does not have: {found.reason}"
+            self.notes.append((found.node, "RPM303", reason))
+            return
+        self.plain = found
+
+    def _plan_plain_initialize(self, setup: PlainSetup) -> None:
+        """Drop the initialize line; where the optimizer is built, cast the model as apex
+        did and wrap it; build the optimizer on the copies; define the cast helpers."""
+        cast_model, helpers = helper_statements(self.plan)
+        module = self.facts.module
+        spaced = [cst.EmptyLine(), cst.EmptyLine()]
+        helpers[0] = helpers[0].with_changes(leading_lines=spaced)
+        self.plan.edits.insert_before(module, top_block_end(self.facts), helpers)
+        block = self.facts.parent(setup.built)
+        assert block is not None  # a statement line lies in a block
+        index = list(getattr(block, "body", ())).index(setup.built)
+        optim_dtype = "optim_dtype=torch.float32, " if setup.master_weights else ""
+        config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={self.plan.microbatch})"
+        lines = [
+            f"{cast_model}({setup.model}, {setup.dtype}, keep_batchnorm_fp32={setup.keep_batchnorm_fp32})\n",
+            f"{setup.model} = roundpipe.RoundPipe({setup.model}, {optim_dtype}{config})\n",
+        ]
+        self.plan.edits.insert_before(block, index, [cst.parse_statement(line) for line in lines])
+        for call in m.findall(
+            setup.built_value, m.Call(func=m.Attribute(value=m.Name(setup.model), attr=m.Name("parameters")))
+        ):
+            self.plan.edits.replace_expression(
+                call.func,  # type: ignore[attr-defined]
+                lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
+            )
+        self._drop_statement(setup.statement)
+        scope = self.facts.scope(setup.statement)
+        self._models.add((id(scope), setup.model))
+        self.plan.wrapped_models.append((setup.scope, setup.model, self.facts.order(setup.built)))  # type: ignore[arg-type]
+        self._models_into_functions(scope, setup.model)
+        self.plan.rewrites.append(
+            (setup.statement, "amp.initialize -> the model cast as apex did + roundpipe.RoundPipe (plain target)")
+        )
+
+    def _plain_master_params(self, node: cst.CSTNode) -> None:
+        """``amp.master_params(opt)`` (one argument: checked by :func:`plain_setup`)."""
+        self.plan.edits.replace_expression(
+            self.facts.parent(node),  # type: ignore[arg-type]
+            lambda updated: cst.parse_expression(master_params_text(code(updated.args[0].value))),  # type: ignore[attr-defined]
+        )
+
     def _is_import(self, node: cst.CSTNode) -> bool:
         return self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is not None
 
@@ -232,6 +308,9 @@ class ApexRules(TorchAmpRules):
     def _plan_initialize(self, node: cst.CSTNode) -> None:
         call = self.facts.parent(node)
         statement = self.facts.statement_of(node)
+        if self.plain is not None and statement is self.plain.statement:
+            self._plan_plain_initialize(self.plain)
+            return
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if not (
             isinstance(call, cst.Call)
@@ -451,7 +530,8 @@ class ApexRules(TorchAmpRules):
             anchor = loop
         block = self.facts.parent(anchor)
         index = list(block.body).index(anchor)
-        line = cst.parse_statement(f"{_SCALER} = roundpipe.compat.loss_scaler()\n")
+        scaler = self.plain.scaler if self.plain is not None else "roundpipe.compat.loss_scaler()"
+        line = cst.parse_statement(f"{_SCALER} = {scaler}\n")
         self.plan.edits.insert_before(block, index, [line])
 
     # ------------------------------------------------------------------ imports
@@ -490,8 +570,13 @@ def _names(node: cst.BaseExpression) -> List[str]:
     return []
 
 
-def plan_apex(facts: ModuleFacts, exact: bool, plan: Plan) -> List[Tuple[cst.CSTNode, str]]:
-    """Add the apex rewrites to ``plan``; return informational notes (node, text)."""
-    rules = ApexRules(facts, exact, plan)
+def plan_apex(
+    facts: ModuleFacts, exact: bool, plan: Plan, target: str = "compat"
+) -> List[Tuple[cst.CSTNode, str, str]]:
+    """Add the apex rewrites to ``plan``; return informational notes (node, code, text).
+
+    ``target``: ``"compat"`` (calls of :mod:`roundpipe.compat`) or ``"plain"`` (upstream
+    RoundPipe's API where the file's settings allow it, see :mod:`migrate.apex_plain`)."""
+    rules = ApexRules(facts, exact, plan, target)
     rules.run()
     return rules.notes
