@@ -22,7 +22,9 @@ the caller then keeps the compat form and says why (RPM303). That covers O1 (com
 autocast replaces apex's function patches; a plain autocast around the call is not the
 same), settings known only at run time, ``min_loss_scale``/``max_loss_scale``,
 ``cast_model_type``, ``cast_model_outputs``, ``num_losses``, the loss scaler's state dict,
-the function-casting API, a step that does not follow its ``scale_loss`` block (gradient
+the function-casting API, a loss scale over float16 optimizer copies (O2 without master
+weights, O3 with a scale: torch's ``GradScaler`` refuses to unscale float16 gradients), a
+step that does not follow its ``scale_loss`` block (gradient
 accumulation: compat unscales every block onto the masters, a ``GradScaler`` once per
 step), and a model or optimizer this module cannot follow.
 """
@@ -176,6 +178,12 @@ def _resolve(facts: ModuleFacts, node: cst.CSTNode, constructed: Constructed) ->
     scaler = _scaler(loss_scale, master)
     if scaler is None:
         return Unplain(keywords["loss_scale"], "a static loss scale that is not a power of two (compat only)")
+    if dtype == "torch.float16" and not master and "enabled=False" not in scaler:
+        return Unplain(
+            call,
+            "float16 optimizer copies with a loss scale: torch's GradScaler refuses to unscale float16 "
+            "gradients, compat unscales them in place as apex does",
+        )
     try:
         built = constructed(optimizer, statement)  # the binding before this line's own
     except Blocked as blocked:
