@@ -175,23 +175,29 @@ class ApexRules(TorchAmpRules):
         self.step_model_calls: Set[cst.CSTNode] = set()
 
     def run(self) -> Plan:  # type: ignore[override]
+        """Plan every apex use; every independent blocker is kept in ``plan.blocked``. When
+        setting apex up (``initialize`` and the old APIs) is blocked, the steps are only
+        checked for their own blockers (planning them would blame the missing setup), and
+        the uses of models held on ``self`` are checked only when every step was planned."""
         uses = self._apex_uses()
         if not uses:
             return self.plan
         if self.target == "plain":
             self._choose_plain(uses)
+        known = len(self.plan.blocked)
         for node, qualified in uses:
             if qualified == "apex.amp.initialize":
-                self._plan_initialize(node)
+                self._collect(self._plan_initialize, node)
             elif qualified == _OLD_INIT:
-                self._plan_old_init(node)
+                self._collect(self._plan_old_init, node)
             elif qualified in _FP16_OPTIMIZER:
-                self._plan_fp16_optimizer(node)
+                self._collect(self._plan_fp16_optimizer, node)
+        set_up = len(self.plan.blocked) == known
         for node, qualified in uses:
             if qualified in ("apex.amp.initialize", _OLD_INIT) + _FP16_OPTIMIZER:
                 continue
             if qualified == "apex.amp.scale_loss":
-                self._plan_scale_loss(node)
+                self._collect(self._plan_scale_loss if set_up else self._check_scale_loss, node)
             elif qualified == "apex.amp.master_params" and self.plain is not None:
                 self._plain_master_params(node)
             elif qualified in _COMPAT:
@@ -199,20 +205,24 @@ class ApexRules(TorchAmpRules):
             elif self._is_import(node):
                 continue
             elif qualified in EXTRAS:
-                plan_extra(self.facts, self.plan, node, qualified)
+                self._collect(plan_extra, self.facts, self.plan, node, qualified)
             else:
-                raise refusal(node, qualified) or Blocked(
-                    node,
-                    "RPM201",
-                    f"`{code(node)}` ({qualified}) has no RoundPipe "
-                    "equivalent; this file is left for migration by hand",
+                self.plan.blocked.append(
+                    refusal(node, qualified)
+                    or Blocked(
+                        node,
+                        "RPM201",
+                        f"`{code(node)}` ({qualified}) has no RoundPipe "
+                        "equivalent; this file is left for migration by hand",
+                    )
                 )
         for attribute in self._old_scale_loss:
-            self._plan_scale_loss(attribute)
-        in_steps = self.plan.step_statements | self.plan.backward_statements | self.step_model_calls
-        for held in self._held:
-            held.plan_other_uses(self.plan, in_steps)
-        self._remove_imports()
+            self._collect(self._plan_scale_loss, attribute)
+        if len(self.plan.blocked) == known:
+            in_steps = self.plan.step_statements | self.plan.backward_statements | self.step_model_calls
+            for held in self._held:
+                self._collect(held.plan_other_uses, self.plan, in_steps)
+        self._collect(self._remove_imports)
         return self.plan
 
     # ------------------------------------------------------------------ discovery
@@ -476,6 +486,32 @@ class ApexRules(TorchAmpRules):
 
     # ------------------------------------------------------------------ scale_loss
     def _plan_scale_loss(self, node: cst.CSTNode) -> None:
+        statement, loss, optimizer, scaler = self._scale_loss_block(node)
+        step = ApexStepBuilder(self, statement, loss, optimizer, scaler)
+        step.plan()
+        self._plan_scaler_binding(statement, step.first)
+
+    def _scale_loss_block(self, node: cst.CSTNode) -> Tuple[cst.With, cst.BaseExpression, str, str]:
+        """``with amp.scale_loss(loss, optimizer[, loss_id=k]) as s: s.backward()``: (the
+        with statement, the loss, the optimizer's text, the scaler's text)."""
+        statement, call, scaler = self._check_scale_loss(node)
+        positional = [a for a in call.args if a.keyword is None]
+        value = positional[1].value if len(positional) == 2 else None
+        if value is None or isinstance(value, (cst.List, cst.Tuple)):
+            raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
+        optimizer = value.value if isinstance(value, cst.Name) else self.held_optimizer(value)
+        if optimizer is None:
+            raise Blocked(
+                call,
+                "RPM107",
+                f"amp.scale_loss's optimizer `{code(value)}` is neither a variable nor the "
+                "`self.<attribute>` that amp.initialize returned to",
+            )
+        return statement, positional[0].value, optimizer, scaler
+
+    def _check_scale_loss(self, node: cst.CSTNode) -> Tuple[cst.With, cst.Call, str]:
+        """The checks of a ``scale_loss`` block that need no apex set-up (its shape, its
+        keywords): (the with statement, the call, the scaler's text)."""
         call = self.facts.parent(node)
         item = self.facts.parent(call)
         statement = self.facts.parent(item)
@@ -495,7 +531,6 @@ class ApexRules(TorchAmpRules):
         backward = only_expression(body[0]) if len(body) == 1 else None
         if not m.matches(backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])):
             raise Blocked(statement, "RPM106", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
-        positional = [a for a in call.args if a.keyword is None]
         scaler = _SCALER
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
@@ -507,15 +542,7 @@ class ApexRules(TorchAmpRules):
                 )
             if keyword == "loss_id" and code(arg.value) != "0":  # loss k's own scaler, as apex
                 scaler = f"roundpipe.compat.loss_scaler({code(arg.value)})"
-        optimizer = None
-        if len(positional) == 2:
-            value = positional[1].value
-            optimizer = value.value if isinstance(value, cst.Name) else self.held_optimizer(value)
-        if optimizer is None:
-            raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
-        step = ApexStepBuilder(self, statement, positional[0].value, optimizer, scaler)
-        step.plan()
-        self._plan_scaler_binding(statement, step.first)
+        return statement, call, scaler
 
     def _plan_scaler_binding(self, backward: cst.BaseStatement, first: cst.BaseStatement) -> None:
         """``amp_scaler = roundpipe.compat.loss_scaler()`` once per scope, before the loop, or
