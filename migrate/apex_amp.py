@@ -339,7 +339,7 @@ class ApexRules(TorchAmpRules):
         first = target.elements[0].value if isinstance(target, (cst.Tuple, cst.List)) else target
         names = _names(first)
         if not names:
-            self._held.append(HeldOnSelf.from_initialize(self.facts, statement, target, call))
+            self._held.append(HeldOnSelf.from_initialize(self.attributes, statement, target, call))
             self.plan.rewrites.append((statement, "amp.initialize -> roundpipe.compat.initialize (held on self)"))
             return
         scope = self.facts.scope(small)
