@@ -156,7 +156,8 @@ def test_plain_migration_casts_the_model_where_the_optimizer_is_built() -> None:
     ) in plain
     assert "    amp_scaler = roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)\n" in plain
     assert plain.index("def _apex_cast(") < plain.index("def main():")
-    assert migrate_source(plain, "script.py", apex_target="plain").migrated == plain  # idempotent
+    again = migrate_source(plain, "script.py", apex_target="plain")
+    assert again.migrated == plain and not again.diagnostics and not again.rewrites  # idempotent
 
 
 @pytest.mark.parametrize("case", list(COMPAT))
@@ -208,9 +209,19 @@ def test_loss_scaler_state_keeps_the_compat_form() -> None:
     assert [d.code for d in kept.diagnostics] == ["RPM303"] and "amp.state_dict" in kept.diagnostics[0].message
 
 
+def test_generated_helpers_capture_no_user_name() -> None:
+    source = _script(*PLAIN["O2"]).replace("def main():", "def _apex_cast(value):\n    return value\n\n\ndef main():")
+    plain = _migrated(source, exact=False, target="plain")
+    assert "def _apex_cast(value):\n    return value\n" in plain and "def _apex_cast_2(value, dtype):" in plain
+    assert "_apex_cast(args, dtype)" not in plain and "_apex_cast_2(args, dtype)" in plain
+
+
 def test_command_line_flag_chooses_the_target(tmp_path, capsys) -> None:
     script = tmp_path / "train.py"
     script.write_text(_script(*PLAIN["O2"]))
+    (tmp_path / "other.py").write_text(_script(*COMPAT["O1"][:1], 3))  # two files: the project pass too
+    code, out, err = run(capsys, tmp_path, "--apex-target", "plain")
+    assert code == 0 and "RPM303" in err and "other.py" in err
     code, out, err = run(capsys, script, "--apex-target", "plain")
     assert code == 0 and "+    _apex_cast_model(model, torch.float16" in out and "roundpipe.compat" not in out
     code, out, err = run(capsys, script)
