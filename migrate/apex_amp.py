@@ -16,6 +16,10 @@ keep working:
   ``roundpipe.compat`` twins; apex imports are removed once nothing uses them;
 * apex's fused optimizers, SyncBN conversion and DDP: :mod:`migrate.apex_extras`.
 
+With the plain target (``--apex-target plain``) a file whose settings are literals that
+upstream RoundPipe's API can follow exactly gets plain code instead of the compat calls
+(:mod:`migrate.apex_plain`); any other file keeps the compat form with a note (RPM303).
+
 Everything else apex offers (``delay_unscale``, ``_amp_state``, ``disable_casts``, LAMB...)
 is reported (RPM201) and the file is left untouched.
 """
@@ -29,6 +33,15 @@ import libcst.matchers as m
 
 from .apex_attributes import HeldOnSelf
 from .apex_extras import EXTRAS, plan_extra, refusal
+from .apex_plain import (
+    PlainSetup,
+    Unplain,
+    helper_statements,
+    master_params_text,
+    plain_setup,
+    steps_follow,
+    top_block_end,
+)
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .steps import StepBuilder
@@ -160,51 +173,67 @@ class ApexStepBuilder(StepBuilder):
 class ApexRules(TorchAmpRules):
     """Finds every use of ``apex`` in a module and plans its RoundPipe replacement."""
 
-    def __init__(self, facts: ModuleFacts, exact: bool, plan: Plan) -> None:
+    def __init__(self, facts: ModuleFacts, exact: bool, plan: Plan, target: str = "compat") -> None:
         super().__init__(facts, exact)
         self.plan = plan
+        self.target = target
+        self.plain: Optional[PlainSetup] = None
         self._models: Set[Tuple[int, str]] = set()
-        self.notes: List[Tuple[cst.CSTNode, str]] = []
+        self.notes: List[Tuple[cst.CSTNode, str, str]] = []
         self._scaler_scopes: Set[int] = set()
         self._old_scale_loss: List[cst.Attribute] = []
         self._held: List[HeldOnSelf] = []
         self.step_model_calls: Set[cst.CSTNode] = set()
 
     def run(self) -> Plan:
+        """Plan every apex use; every independent blocker is kept in ``plan.blocked``. When
+        setting apex up (``initialize`` and the old APIs) is blocked, the steps are only
+        checked for their own blockers (planning them would blame the missing setup), and
+        the uses of models held on ``self`` are checked only when every step was planned."""
         uses = self._apex_uses()
         if not uses:
             return self.plan
+        if self.target == "plain":
+            self._choose_plain(uses)
+        known = len(self.plan.blocked)
         for node, qualified in uses:
             if qualified == "apex.amp.initialize":
-                self._plan_initialize(node)
+                self._collect(self._plan_initialize, node)
             elif qualified == _OLD_INIT:
-                self._plan_old_init(node)
+                self._collect(self._plan_old_init, node)
             elif qualified in _FP16_OPTIMIZER:
-                self._plan_fp16_optimizer(node)
+                self._collect(self._plan_fp16_optimizer, node)
+        set_up = len(self.plan.blocked) == known
         for node, qualified in uses:
             if qualified in ("apex.amp.initialize", _OLD_INIT) + _FP16_OPTIMIZER:
                 continue
             if qualified == "apex.amp.scale_loss":
-                self._plan_scale_loss(node)
+                self._collect(self._plan_scale_loss if set_up else self._check_scale_loss, node)
+            elif qualified == "apex.amp.master_params" and self.plain is not None:
+                self._plain_master_params(node)
             elif qualified in _COMPAT:
                 self._rename(node, _COMPAT[qualified])
             elif self._is_import(node):
                 continue
             elif qualified in EXTRAS:
-                plan_extra(self.facts, self.plan, node, qualified)
+                self._collect(plan_extra, self.facts, self.plan, node, qualified)
             else:
-                raise refusal(node, qualified) or Blocked(
-                    node,
-                    "RPM201",
-                    f"`{code(node)}` ({qualified}) has no RoundPipe "
-                    "equivalent; this file is left for migration by hand",
+                self.plan.blocked.append(
+                    refusal(node, qualified)
+                    or Blocked(
+                        node,
+                        "RPM201",
+                        f"`{code(node)}` ({qualified}) has no RoundPipe "
+                        "equivalent; this file is left for migration by hand",
+                    )
                 )
         for attribute in self._old_scale_loss:
-            self._plan_scale_loss(attribute)
-        in_steps = self.plan.step_statements | self.plan.backward_statements | self.step_model_calls
-        for held in self._held:
-            held.plan_other_uses(self.plan, in_steps)
-        self._remove_imports()
+            self._collect(self._plan_scale_loss, attribute)
+        if len(self.plan.blocked) == known:
+            in_steps = self.plan.step_statements | self.plan.backward_statements | self.step_model_calls
+            for held in self._held:
+                self._collect(held.plan_other_uses, self.plan, in_steps)
+        self._collect(self._remove_imports)
         return self.plan
 
     # ------------------------------------------------------------------ discovery
@@ -217,6 +246,64 @@ class ApexRules(TorchAmpRules):
             if names:
                 uses.append((node, max(names, key=len)))
         return uses
+
+    # ------------------------------------------------------------ the plain target
+    def _choose_plain(self, uses: List[Tuple[cst.CSTNode, str]]) -> None:
+        """Set :attr:`plain` when the whole file can be written with upstream's API, else
+        note (RPM303) why it keeps the compat form."""
+        allowed = ("apex.amp.scale_loss", "apex.amp.master_params", *EXTRAS)
+        found = plain_setup(self.facts, uses, allowed, self._constructed)
+        if isinstance(found, PlainSetup):
+            withs = [self.facts.statement_of(node) for node, qualified in uses if qualified == "apex.amp.scale_loss"]
+            blocks = [w for w in withs if isinstance(w, cst.With)]
+            found = steps_follow(self.facts, blocks, found.optimizer) or found
+        if isinstance(found, Unplain):
+            reason = f"kept on roundpipe.compat, which upstream RoundPipe does not have: {found.reason}"
+            self.notes.append((found.node, "RPM303", reason))
+            return
+        self.plain = found
+
+    def _plan_plain_initialize(self, setup: PlainSetup) -> None:
+        """Drop the initialize line; where the optimizer is built, cast the model as apex
+        did and wrap it; build the optimizer on the copies; define the cast helpers."""
+        cast_model, helpers = helper_statements(self.plan)
+        module = self.facts.module
+        spaced = [cst.EmptyLine(), cst.EmptyLine()]
+        helpers[0] = helpers[0].with_changes(leading_lines=spaced)
+        self.plan.edits.insert_before(module, top_block_end(self.facts), helpers)
+        block = self.facts.parent(setup.built)
+        assert block is not None  # a statement line lies in a block
+        index = list(getattr(block, "body", ())).index(setup.built)
+        optim_dtype = "optim_dtype=torch.float32, " if setup.master_weights else ""
+        config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={self.plan.microbatch})"
+        lines = [
+            f"{cast_model}({setup.model}, {setup.dtype}, keep_batchnorm_fp32={setup.keep_batchnorm_fp32})\n",
+            f"{setup.model} = roundpipe.RoundPipe({setup.model}, {optim_dtype}{config})\n",
+        ]
+        self.plan.edits.insert_before(block, index, [cst.parse_statement(line) for line in lines])
+        for call in m.findall(
+            setup.built_value, m.Call(func=m.Attribute(value=m.Name(setup.model), attr=m.Name("parameters")))
+        ):
+            self.plan.edits.replace_expression(
+                call.func,  # type: ignore[attr-defined]
+                lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
+            )
+        self._drop_statement(setup.statement)
+        scope = self.facts.scope(setup.statement)
+        self._models.add((id(scope), setup.model))
+        self.plan.wrapped_models.append((setup.scope, setup.model, self.facts.order(setup.built)))
+        self._models_into_functions(scope, setup.model)
+        self.plan.rewrites.append(
+            (setup.statement, "amp.initialize -> the model cast as apex did + roundpipe.RoundPipe (plain target)")
+        )
+
+    def _plain_master_params(self, node: cst.CSTNode) -> None:
+        """``amp.master_params(opt)`` (one argument: checked by :func:`plain_setup`)."""
+        call = self.facts.parent(node)
+        assert isinstance(call, cst.Call)  # plain_setup checked the call
+        self.plan.edits.replace_expression(
+            call, lambda updated: cst.parse_expression(master_params_text(code(updated.args[0].value)))
+        )
 
     def _is_import(self, node: cst.CSTNode) -> bool:
         return self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is not None
@@ -243,6 +330,9 @@ class ApexRules(TorchAmpRules):
     def _plan_initialize(self, node: cst.CSTNode) -> None:
         call = self.facts.parent(node)
         statement = self.facts.statement_of(node)
+        if self.plain is not None and statement is self.plain.statement:
+            self._plan_plain_initialize(self.plain)
+            return
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if not (
             isinstance(call, cst.Call)
@@ -261,7 +351,7 @@ class ApexRules(TorchAmpRules):
         first = target.elements[0].value if isinstance(target, (cst.Tuple, cst.List)) else target
         names = _names(first)
         if not names:
-            self._held.append(HeldOnSelf.from_initialize(self.facts, statement, target, call))
+            self._held.append(HeldOnSelf.from_initialize(self.attributes, statement, target, call))
             self.plan.rewrites.append((statement, "amp.initialize -> roundpipe.compat.initialize (held on self)"))
             return
         scope = self.facts.scope(small)
@@ -414,6 +504,32 @@ class ApexRules(TorchAmpRules):
 
     # ------------------------------------------------------------------ scale_loss
     def _plan_scale_loss(self, node: cst.CSTNode) -> None:
+        statement, loss, optimizer, scaler = self._scale_loss_block(node)
+        step = ApexStepBuilder(self, statement, loss, optimizer, scaler)
+        step.plan()
+        self._plan_scaler_binding(statement, step.first)
+
+    def _scale_loss_block(self, node: cst.CSTNode) -> Tuple[cst.With, cst.BaseExpression, str, str]:
+        """``with amp.scale_loss(loss, optimizer[, loss_id=k]) as s: s.backward()``: (the
+        with statement, the loss, the optimizer's text, the scaler's text)."""
+        statement, call, scaler = self._check_scale_loss(node)
+        positional = [a for a in call.args if a.keyword is None]
+        value = positional[1].value if len(positional) == 2 else None
+        if value is None or isinstance(value, (cst.List, cst.Tuple)):
+            raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
+        optimizer = value.value if isinstance(value, cst.Name) else self.held_optimizer(value)
+        if optimizer is None:
+            raise Blocked(
+                call,
+                "RPM107",
+                f"amp.scale_loss's optimizer `{code(value)}` is neither a variable nor the "
+                "`self.<attribute>` that amp.initialize returned to",
+            )
+        return statement, positional[0].value, optimizer, scaler
+
+    def _check_scale_loss(self, node: cst.CSTNode) -> Tuple[cst.With, cst.Call, str]:
+        """The checks of a ``scale_loss`` block that need no apex set-up (its shape, its
+        keywords): (the with statement, the call, the scaler's text)."""
         call = self.facts.parent(node)
         item = self.facts.parent(call)
         statement = self.facts.parent(item)
@@ -435,7 +551,6 @@ class ApexRules(TorchAmpRules):
             backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])
         ):
             raise Blocked(statement, "RPM130", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
-        positional = [a for a in call.args if a.keyword is None]
         scaler = _SCALER
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
@@ -447,15 +562,7 @@ class ApexRules(TorchAmpRules):
                 )
             if keyword == "loss_id" and code(arg.value) != "0":  # loss k's own scaler, as apex
                 scaler = f"roundpipe.compat.loss_scaler({code(arg.value)})"
-        optimizer = None
-        if len(positional) == 2:
-            value = positional[1].value
-            optimizer = value.value if isinstance(value, cst.Name) else self.held_optimizer(value)
-        if optimizer is None:
-            raise Blocked(call, "RPM107", "amp.scale_loss with several optimizers is not migrated")
-        step = ApexStepBuilder(self, statement, positional[0].value, optimizer, scaler)
-        step.plan()
-        self._plan_scaler_binding(statement, step.first)
+        return statement, call, scaler
 
     def _plan_scaler_binding(self, backward: cst.BaseStatement, first: cst.BaseStatement) -> None:
         """``amp_scaler = roundpipe.compat.loss_scaler()`` once per scope, before the loop, or
@@ -471,7 +578,8 @@ class ApexRules(TorchAmpRules):
         block = self.facts.parent(anchor)
         assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(anchor)
-        line = cst.parse_statement(f"{_SCALER} = roundpipe.compat.loss_scaler()\n")
+        scaler = self.plain.scaler if self.plain is not None else "roundpipe.compat.loss_scaler()"
+        line = cst.parse_statement(f"{_SCALER} = {scaler}\n")
         self.plan.edits.insert_before(block, index, [line])
 
     # ------------------------------------------------------------------ imports
@@ -510,8 +618,13 @@ def _names(node: cst.BaseExpression) -> List[str]:
     return []
 
 
-def plan_apex(facts: ModuleFacts, exact: bool, plan: Plan) -> List[Tuple[cst.CSTNode, str]]:
-    """Add the apex rewrites to ``plan``; return informational notes (node, text)."""
-    rules = ApexRules(facts, exact, plan)
+def plan_apex(
+    facts: ModuleFacts, exact: bool, plan: Plan, target: str = "compat"
+) -> List[Tuple[cst.CSTNode, str, str]]:
+    """Add the apex rewrites to ``plan``; return informational notes (node, code, text).
+
+    ``target``: ``"compat"`` (calls of :mod:`roundpipe.compat`) or ``"plain"`` (upstream
+    RoundPipe's API where the file's settings allow it, see :mod:`migrate.apex_plain`)."""
+    rules = ApexRules(facts, exact, plan, target)
     rules.run()
     return rules.notes

@@ -17,7 +17,8 @@ method's own ``self`` (or one, for a model-only call), directly in a method of a
 After the steps are planned, :meth:`HeldOnSelf.plan_other_uses` walks every ``.model`` /
 ``.optimizer`` attribute of the module (by the attribute names): those of the class's own
 ``self`` outside the steps may only read or load state dicts or switch train/eval mode; they
-get ``self.model.synchronize()`` before them (the newest weights, no running step), and the
+get ``self.model.synchronize()`` before them (:mod:`migrate.synchronize`: the newest
+weights, no running step), and the
 model's state dicts go through the wrapped module (``self.model.model.state_dict()``) so the
 keys stay the module's. Anything else (an attribute of another object, a nested function,
 a subclass, another use) refuses the file (RPM201) naming the statement: following the
@@ -27,25 +28,28 @@ objects further is the general attribute-following of the torch path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Set, Tuple
+from typing import Optional, Set
 
 import libcst as cst
 
+from .attributes import InstanceAttributes
 from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .synchronize import Synchronizations
 from .syntax import code
 
 __all__ = ["HeldOnSelf"]
 
 _MODEL_STATE = ("state_dict", "load_state_dict")
 _MODES = ("train", "eval")
+_WHY_SYNC = "before reading or loading state"
 
 
 @dataclass
 class HeldOnSelf:
     """The class whose instances hold ``initialize``'s model (and optimizer) attributes."""
 
-    facts: ModuleFacts
+    attributes: InstanceAttributes  # the module's (instance parameters of methods)
     owner: cst.ClassDef
     model: str  # attribute name of the model
     optimizer: Optional[str]  # attribute name of the optimizer (None: model-only call)
@@ -53,33 +57,38 @@ class HeldOnSelf:
 
     @classmethod
     def from_initialize(
-        cls, facts: ModuleFacts, statement: cst.BaseStatement, target: cst.BaseExpression, call: cst.Call
+        cls, attributes: InstanceAttributes, statement: cst.BaseStatement, target: cst.BaseExpression, call: cst.Call
     ) -> "HeldOnSelf":
         """The holder of ``<target> = amp.initialize(...)``; :class:`Blocked` for any other shape."""
         why = (
             f"`{code(target)} = amp.initialize(...)`: only `self.model, self.optimizer = "
             "amp.initialize(self.model, self.optimizer, ...)` in a method of a class is followed"
         )
+        facts = attributes.facts
         targets = list(target.elements) if isinstance(target, (cst.Tuple, cst.List)) else [target]
         values = [t.value if isinstance(t, cst.Element) else t for t in targets]
         positional = [a.value for a in call.args if a.keyword is None]
         method = facts.enclosing(statement, (cst.FunctionDef,))
         owner = facts.parent(facts.parent(method)) if method is not None else None
-        own = _self_name(method) if isinstance(method, cst.FunctionDef) else None
-        attributes = [
+        own = attributes.receiver_of(method) if isinstance(method, cst.FunctionDef) else None
+        names = [
             v.attr.value
             for v in values
             if isinstance(v, cst.Attribute) and _name_of(v.value) == own and own is not None
         ]
         if (
             not isinstance(owner, cst.ClassDef)
-            or len(attributes) != len(values)
+            or len(names) != len(values)
             or len(values) not in (1, 2)
             or len(positional) != len(values)
             or any(code(p) != code(v) for p, v in zip(positional, values))
         ):
             raise Blocked(call, "RPM201", why)
-        return cls(facts, owner, attributes[0], attributes[1] if len(attributes) == 2 else None, statement)
+        return cls(attributes, owner, names[0], names[1] if len(names) == 2 else None, statement)
+
+    @property
+    def facts(self) -> ModuleFacts:
+        return self.attributes.facts
 
     def expression(self, attribute: str, at: cst.CSTNode) -> Optional[str]:
         """``self.<attribute>`` as the method enclosing ``at`` spells it, if that method is a
@@ -87,7 +96,7 @@ class HeldOnSelf:
         method = self.facts.enclosing(at, (cst.FunctionDef,))
         if not isinstance(method, cst.FunctionDef) or self.facts.parent(self.facts.parent(method)) is not self.owner:
             return None
-        own = _self_name(method)
+        own = self.attributes.receiver_of(method)
         return f"{own}.{attribute}" if own else None
 
     def held(self, node: cst.CSTNode, attribute: str) -> bool:
@@ -99,7 +108,7 @@ class HeldOnSelf:
         """Synchronize and redirect the uses outside the steps (``in_steps``: nodes the step
         rewrites cover); :class:`Blocked` for a use that is not followed."""
         attributes = {self.model, self.optimizer} - {None}
-        synced: Set[Tuple[int, int]] = set()
+        syncs = Synchronizations(self.facts, plan)
         for node in self.facts.subtree(self.facts.module, cst.Attribute):
             if node.attr.value not in attributes or any(a in in_steps for a in self.facts.ancestors(node)):
                 continue
@@ -129,8 +138,10 @@ class HeldOnSelf:
                 plan.edits.replace_expression(
                     node, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
                 )
-            if method != "train":
-                self._synchronize_before(plan, statement, self.expression(self.model, node) or "", synced)
+            if method != "train" and not syncs.before(statement, self.expression(self.model, node) or "", _WHY_SYNC):
+                raise Blocked(
+                    statement, "RPM201", "a state-dict use that is not a statement of a block; migrate by hand"
+                )
 
     def _builds(self, node: cst.Attribute, statement: cst.BaseStatement) -> bool:
         """``node`` is in the method of the initialize line, before it (where the model and
@@ -149,30 +160,6 @@ class HeldOnSelf:
         if isinstance(outer, cst.Attribute) and isinstance(call, cst.Call) and call.func is outer:
             return outer.attr.value
         return None
-
-    def _synchronize_before(
-        self, plan: Plan, statement: cst.BaseStatement, model: str, synced: Set[Tuple[int, int]]
-    ) -> None:
-        """``model.synchronize()`` before ``statement``, once for a run of such statements
-        (``synced``: the (block, index) pairs already covered)."""
-        block = self.facts.parent(statement)
-        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-            raise Blocked(statement, "RPM201", "a state-dict use that is not a statement of a block; migrate by hand")
-        index = list(block.body).index(statement)
-        covered = (id(block), index - 1) in synced or (id(block), index) in synced
-        synced.add((id(block), index))
-        if covered:
-            return
-        plan.edits.insert_before(block, index, [cst.parse_statement(f"{model}.synchronize()\n")])
-        plan.rewrites.append((statement, f"{model}.synchronize() before reading or loading state"))
-
-
-def _self_name(method: cst.FunctionDef) -> Optional[str]:
-    """The name of a method's instance parameter (None for static and class methods)."""
-    if any(code(d.decorator) in ("staticmethod", "classmethod") for d in method.decorators):
-        return None
-    params: List[cst.Param] = list(method.params.params)
-    return params[0].name.value if params else None
 
 
 def _name_of(node: cst.BaseExpression) -> Optional[str]:

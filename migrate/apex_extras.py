@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from .edits import carry_comments
+from .ddp_guard import stop_guard
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .scaler_device import has_plain_torch
@@ -262,7 +262,5 @@ def _apex_ddp(facts: ModuleFacts, plan: Plan, call: cst.Call) -> None:
             "apex.parallel.DistributedDataParallel outside an `if <distributed>:` guard of its "
             "own: RoundPipe trains in one process and places the model itself; remove the wrapper",
         )
-    stop = cst.parse_statement(f'raise RuntimeError("{_DDP_STOP}")\n')
-    plan.edits.replace_range(guard.body, 0, 1, lambda updated: [carry_comments(updated, stop)])
-    plan.replaced_statements.add(statement)
+    stop_guard(plan, guard, _DDP_STOP)
     plan.rewrites.append((statement, "apex DistributedDataParallel under a guard -> RuntimeError (one process)"))

@@ -4,7 +4,7 @@
 
     roundpipe-migrate PATH... [-w | -o DIR | --check] [--diff] [--exact]
                       [--report FILE.json] [-j N] [--exclude GLOB] [-q | -v]
-                      [--color auto|always|never]
+                      [--color auto|always|never] [--apex-target compat|plain]
 
 The tool gathers Python files (:mod:`migrate.files`), checks that each one compiles with
 Python's own compiler, hands the ones that may use AMP (:mod:`migrate.prefilter`) to the
@@ -334,7 +334,7 @@ def process(task: Task, engine: Engine, exact: bool) -> Outcome:
 
 
 def migrate_all(
-    jobs: Sequence[Job], engine: Engine, exact: bool, processes: int
+    jobs: Sequence[Job], engine: Engine, exact: bool, processes: int, apex_target: str = "compat"
 ) -> Iterator[Tuple[Optional[Source], FileResult]]:
     """Each job's source (None when it could not be loaded) and result, in job order.
 
@@ -342,6 +342,7 @@ def migrate_all(
     migration run in that many worker processes, costly files first. The files handed to
     the engine are one project: once every result is in, :func:`migrate.project.reconcile`
     keeps them consistent (no file changed while a file of the same program is refused).
+    ``apex_target`` is the engine's (it is the reconciling migration's too).
     """
     loaded = [load(job) for job in jobs]
     present = [(job, item) for job, item in zip(jobs, loaded) if isinstance(item, Source)]
@@ -351,7 +352,7 @@ def migrate_all(
     if processes > 1 and sum(task.look for task in tasks) > 1:
         from .pool import run_in_workers
 
-        if engine is real_engine:  # forked workers inherit it instead of each importing it
+        if getattr(engine, "func", engine) is real_engine:  # forked workers inherit it, not each importing it
             from . import engine as _  # noqa: F401
 
         costly = [task.look for task in tasks]
@@ -364,12 +365,14 @@ def migrate_all(
         results[task.path] = FileResult(
             task.path, task.text, migrated, outcome.rewrites, outcome.diagnostics, outcome.wrapped_models
         )
-    _reconcile([task for task in tasks if task.look], results, exact)
+    _reconcile([task for task in tasks if task.look], results, exact, apex_target)
     for job, item in zip(jobs, loaded):
         yield (item, results[job.path]) if isinstance(item, Source) else (None, item)
 
 
-def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult], exact: bool) -> None:
+def _reconcile(
+    looked_at: Sequence[Task], results: Dict[str, FileResult], exact: bool, apex_target: str = "compat"
+) -> None:
     """The project rules over the files the engine saw (a single file has no neighbours)."""
     if len(looked_at) < 2:
         return
@@ -377,7 +380,7 @@ def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult], exact:
 
     files = project_view({task.path: task.text for task in looked_at})
     reconciled = {path: results[path] for path in files}
-    reconcile(files, reconciled, exact)
+    reconcile(files, reconciled, exact, apex_target)
     results.update(reconciled)
 
 
@@ -390,11 +393,11 @@ def _lost_in_a_worker(task: Task) -> Outcome:
     return Outcome(None, [], [Diagnostic(task.path, 1, 1, "RPM904", message)])
 
 
-def real_engine(source: str, path: str = STDIN_PATH, exact: bool = False) -> FileResult:
+def real_engine(source: str, path: str = STDIN_PATH, exact: bool = False, apex_target: str = "compat") -> FileResult:
     """``migrate.engine.migrate_source``, imported on the first call (not at start-up)."""
     from .engine import migrate_source
 
-    return migrate_source(source, path=path, exact=exact, force=True)  # the CLI chose this file
+    return migrate_source(source, path=path, exact=exact, force=True, apex_target=apex_target)  # the CLI chose it
 
 
 # ---------------------------------------------------------------------------- output
@@ -595,6 +598,14 @@ def build_parser() -> argparse.ArgumentParser:
         "so the migrated script reproduces the original's numbers",
     )
     parser.add_argument(
+        "--apex-target",
+        choices=("compat", "plain"),
+        default="compat",
+        help="apex scripts: call roundpipe.compat (default; any setting, apex's numbers), or write "
+        "plain code upstream RoundPipe can run where the settings are literals it can follow "
+        "(O0/O2/O3; other files stay on compat with RPM303; see docs/apex.md)",
+    )
+    parser.add_argument(
         "--report",
         metavar="FILE.json",
         help="write a JSON report: the mode, where output went, every file and every change",
@@ -720,6 +731,8 @@ def _run(run: Run, tally: Tally) -> Optional[int]:
     usage error (already printed)."""
     options = run.options
     engine = real_engine if ENGINE is None else ENGINE
+    if options.apex_target != "compat":
+        engine = functools.partial(engine, apex_target=options.apex_target)
     if options.stdin:
         jobs = [Job(STDIN_PATH, STDIN_PATH)]
         results = _stdin_results(engine, options.exact)
@@ -730,7 +743,7 @@ def _run(run: Run, tally: Tally) -> Optional[int]:
         if problem is not None:
             print(f"{PROG}: error: {problem}", file=sys.stderr)
             return None
-        results = migrate_all(jobs, engine, options.exact, options.jobs)
+        results = migrate_all(jobs, engine, options.exact, options.jobs, options.apex_target)
     for job, (source, result) in zip(jobs, results):
         result = deliver(job, source, result, run)
         show(result, run)

@@ -313,6 +313,16 @@ _CODES: Tuple[Code, ...] = (
         "`num_losses=2`",
         "nothing, unless per-loss scales mattered to you",
     ),
+    Code(
+        "RPM303",
+        "apex-kept-on-compat",
+        "apex script kept on roundpipe.compat under `--apex-target plain`",
+        "a setting or call that upstream RoundPipe's API cannot follow exactly: O1, a setting known "
+        "only at run time, `min_loss_scale`, `amp.state_dict()`, gradient accumulation, ...",
+        "the file is migrated to `roundpipe.compat` as without the flag; upstream RoundPipe has no `roundpipe.compat`",
+        "`amp.initialize(model, opt, opt_level=args.opt_level)`",
+        "run it on this project's RoundPipe, or port the named part by hand (docs/apex.md)",
+    ),
     Code("RPM901", "syntax-error", "syntax error", "the file does not parse", "-", "-", "fix the file"),
     Code("RPM902", "io-error", "file could not be read or written", "-", "-", "-", "check permissions"),
     Code("RPM903", "not-utf8", "file is not UTF-8", "-", "-", "-", "re-encode it"),

@@ -30,18 +30,18 @@ from libcst.metadata import Assignment
 
 from .edits import carry_comments
 from .names import PARALLEL_WRAPPERS
-from .plan import Binding
+from .plan import Binding, Plan
 from .syntax import only_assignment
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
     from .steps import StepBuilder
 
-__all__ = ["DdpGuard", "find_ddp_guard", "plan_ddp_guard", "is_sync_context"]
+__all__ = ["DdpGuard", "find_ddp_guard", "plan_ddp_guard", "is_sync_context", "stop_guard"]
 
 _NULLCONTEXT = {"contextlib.nullcontext"}
 
-_STOP = 'raise RuntimeError("roundpipe-migrate: RoundPipe places the model itself; run this program as one process")\n'
+_STOP = "roundpipe-migrate: RoundPipe places the model itself; run this program as one process"
 
 
 @dataclass(frozen=True)
@@ -120,15 +120,7 @@ def plan_ddp_guard(step: "StepBuilder", built: Binding, guard: DdpGuard) -> None
     ``guard.model`` before the optimizer, an alias the optimizer is built on is bound to
     the RoundPipe model again and followed like it."""
     plan = step.rules.plan
-    body = guard.statement.body
-    assert isinstance(body, cst.IndentedBlock)
-    stop = cst.parse_statement(_STOP)
-
-    def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-        return [carry_comments(updated, stop)]
-
-    plan.edits.replace_range(body, 0, len(body.body), build)
-    plan.stopped_guards.append(guard.statement)
+    stop_guard(plan, guard.statement, _STOP)
     plan.rewrites.append(
         (guard.statement, f"DistributedDataParallel branch stops with a clear error (RoundPipe places {guard.model})")
     )
@@ -139,6 +131,22 @@ def plan_ddp_guard(step: "StepBuilder", built: Binding, guard: DdpGuard) -> None
     index = list(block.body).index(built.statement)
     plan.edits.insert_before(block, index, [cst.parse_statement(f"{guard.owner} = {guard.model}\n")])
     plan.wrapped_models.append((built.scope, guard.owner, step.facts.order(built.statement)))
+
+
+def stop_guard(plan: Plan, guard: cst.If, message: str) -> None:
+    """Make the body of the DDP branch ``guard`` (an ``if`` without ``else`` and an indented
+    body) ``raise RuntimeError("<message>")``, its comments kept; the model rules then skip
+    what was there (it never runs). The one way a DDP branch becomes a stop (torch.amp's
+    guards here, apex's DDP line in :mod:`migrate.apex_extras`)."""
+    body = guard.body
+    assert isinstance(body, cst.IndentedBlock)
+    stop = cst.parse_statement(f'raise RuntimeError("{message}")\n')
+
+    def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
+        return [carry_comments(updated, stop)]
+
+    plan.edits.replace_range(body, 0, len(body.body), build)
+    plan.stopped_guards.append(guard)
 
 
 def is_sync_context(facts: "ModuleFacts", statement: Optional[cst.CSTNode]) -> bool:

@@ -43,6 +43,7 @@ def migrate_source(
     force: bool = False,
     state_helpers: StateHelpers = MappingProxyType({}),
     wrappers: Optional[WrapperContext] = None,
+    apex_target: str = "compat",
 ) -> FileResult:
     """Return the migrated text of ``source`` with what was rewritten and what was not.
 
@@ -57,6 +58,8 @@ def migrate_source(
             state-only parameters (:mod:`migrate.state_helpers`; the project layer finds them).
         wrappers: what the other files of the project say about the loss-scaler wrapper
             classes this file defines, builds or calls (see :mod:`migrate.scaler_wrapper`).
+        apex_target: ``"compat"`` or ``"plain"`` (apex scripts written with upstream
+            RoundPipe's API where their settings allow it: :mod:`migrate.apex_plain`).
     """
     result = FileResult(path=path, original=source, migrated=source)
     if not (force or might_use_amp(source) or SCALER_USE.search(source)):
@@ -69,11 +72,11 @@ def migrate_source(
         )
         return result
     facts = ModuleFacts(wrapper)
-    notes: List[Tuple[cst.CSTNode, str]] = []
+    notes: List[Tuple[cst.CSTNode, str, str]] = []
     try:
         plan, rules = plan_torch_amp(facts, exact, state_helpers, wrappers)
         try:
-            notes = plan_apex(facts, exact, plan) if "apex" in source else []
+            notes = plan_apex(facts, exact, plan, apex_target) if "apex" in source else []
             if not plan.blocked:
                 ModelUses(rules).plan()
         except Blocked as blocked:
@@ -111,7 +114,7 @@ def migrate_source(
         return result
     result.migrated = migrated
     result.diagnostics.extend(
-        Diagnostic(path, facts.line(node), facts.position(node).column + 1, "RPM302", text) for node, text in notes
+        Diagnostic(path, facts.line(node), facts.position(node).column + 1, code, text) for node, code, text in notes
     )
     result.rewrites = [Rewrite(facts.position(node).line, text) for node, text in plan.rewrites]
     result.rewrites.sort(key=lambda r: r.line)

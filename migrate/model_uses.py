@@ -6,19 +6,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .parallel import other_trainer
 from .plan import Blocked
 from .returned import returned_targets
 from .state_helpers import state_only_parameter
-from .syntax import code, method_call, only_expression
+from .synchronize import Synchronizations
+from .syntax import code
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
 __all__ = ["ModelUses"]
+
+_BEFORE_USE = "before evaluation/saving"
 
 _NO_GRAD = {
     "torch.no_grad",
@@ -35,14 +37,14 @@ class ModelUses:
     def __init__(self, rules: "TorchAmpRules") -> None:
         self.rules = rules
         self.facts = rules.facts
-        self._synced: Set[Tuple[int, int, str]] = set()  # (block, index, model) already given a sync
+        self._syncs = Synchronizations(self.facts, rules.plan)
         self._called_with_grad: Dict[cst.CSTNode, Dict[str, cst.Call]] = {}  # function -> attribute model -> call
 
     def plan(self) -> None:
         for statement, name in self.rules.plan.synchronize_before:
             if statement in self.rules.plan.step_statements:
                 continue  # moved into a step function (another path's step) after all
-            self._synchronize_before(
+            self._syncs.before(
                 statement,
                 name,
                 "before a main-thread write of optimizer state (it would race with the asynchronous step)",
@@ -58,8 +60,6 @@ class ModelUses:
             seen.add((id(scope), name))
             for access in self.rules._accesses(name, scope):
                 if not self.rules._runs_after(access, scope, after) or self._in_stopped_guard(access):
-                    continue
-                if self.facts.statement_of(access) in self.rules.plan.replaced_statements:
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
@@ -113,7 +113,7 @@ class ModelUses:
                 "it gets the wrapped module",
             )
         )
-        self._synchronize_before(access, name, "before a checkpoint helper of another file")
+        self._syncs.before(access, name, "before a checkpoint helper of another file")
         return True
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.BaseExpression) -> None:
@@ -196,7 +196,7 @@ class ModelUses:
             )
         if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
             # an instance's model may be loaded while its step runs (a local one, before)
-            self._synchronize_before(access, name)
+            self._syncs.before(access, name, _BEFORE_USE)
 
     def _plan_inference_call(self, access: cst.BaseExpression, name: str) -> None:
         """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the
@@ -205,7 +205,7 @@ class ModelUses:
             if isinstance(ancestor, cst.With) and any(
                 isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, _NO_GRAD) for item in ancestor.items
             ):
-                self._synchronize_before(ancestor, name)
+                self._syncs.before(ancestor, name, _BEFORE_USE)
                 return
         function = self.facts.enclosing(access, (cst.FunctionDef,))
         if "." in name and function is not None:  # an instance's model (`self.D(x)`), with gradients
@@ -234,25 +234,3 @@ class ModelUses:
     def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
         fed = self.rules.parameter_fed_by(arg)
         return (*fed, 0) if fed is not None else None
-
-    def _synchronize_before(self, node: cst.CSTNode, name: str, why: str = "before evaluation/saving") -> None:
-        statement = self.facts.statement_of(node)
-        block = self.facts.parent(statement)
-        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-            return
-        body = list(block.body)
-        index = body.index(statement)
-        earlier = [i for b, i, model in self._synced if b == id(block) and i <= index and model == name]
-        if earlier and not any(self._trains(s) for s in body[max(earlier) : index]):
-            return  # already synchronized in this block, and no training since
-        previous = only_expression(body[index - 1]) if index > 0 else None
-        if previous is not None and method_call(previous, name, "synchronize"):
-            return
-        self._synced.add((id(block), index, name))
-        self.rules.plan.edits.insert_before(block, index, [cst.parse_statement(f"{name}.synchronize()\n")])
-        self.rules.plan.rewrites.append((statement, f"{name}.synchronize() {why}"))
-
-    @staticmethod
-    def _trains(statement: cst.CSTNode) -> bool:
-        """The statement may run a training step (a backward or an optimizer step)."""
-        return bool(m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))))

@@ -43,7 +43,6 @@ class Plan:
     helper_names: Set[str] = field(default_factory=set)
     backward_statements: Set[cst.CSTNode] = field(default_factory=set)  # of recognised steps
     step_statements: Set[cst.CSTNode] = field(default_factory=set)  # moved into step functions
-    replaced_statements: Set[cst.CSTNode] = field(default_factory=set)  # replaced whole (apex DDP -> raise)
     blocked: List["Blocked"] = field(default_factory=list)  # every blocker found, in finding order
     # (statement, model name): main-thread optimizer writes to order after the running step
     synchronize_before: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)

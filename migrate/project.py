@@ -59,7 +59,9 @@ class ProjectFile:
     imports: List[ImportEdge] = field(default_factory=list)
 
 
-def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str, FileResult]:
+def migrate_project(
+    sources: Mapping[str, str], exact: bool = False, apex_target: str = "compat"
+) -> Dict[str, FileResult]:
     """Migrate ``sources`` (path -> text) consistently; return one result per path.
 
     Paths are relative or absolute file paths using ``/``; modules are named from them
@@ -75,19 +77,25 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
             results[path] = _syntax_error(project_file)
         else:
             results[path] = migrate_source(
-                project_file.source, path, exact=exact, force=path in imported_by_amp and path not in amp
+                project_file.source,
+                path,
+                exact=exact,
+                force=path in imported_by_amp and path not in amp,
+                apex_target=apex_target,
             )
-    reconcile(files, results, exact)
+    reconcile(files, results, exact, apex_target)
     return results
 
 
-def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False) -> None:
+def reconcile(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False, apex_target: str = "compat"
+) -> None:
     """Apply the project rules to per-file ``results`` (keyed like ``files``), in place.
 
     The per-file results may come from anywhere (worker processes included). A file that
     calls checkpoint helpers of another given file, and every file taking part in a
     loss-scaler wrapper of the project, is migrated again knowing what the other files say
-    (``exact`` as for the first run). Afterwards no result holds a change while a file of
+    (``exact`` and ``apex_target`` as for the first run). Afterwards no result holds a change while a file of
     the same program is refused, a wrapped model handed to another file's function refuses
     its file (unless it is a training function given the wrapper, or a checkpoint helper
     given the wrapped module), and users of a project loss-scaler wrapper that was not
@@ -100,7 +108,13 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
         helped = helpers and files[path].tree is not None and (result.changed or result.diagnostics)
         if context is not None or helped:
             again = migrate_source(
-                files[path].source, path, exact=exact, force=True, state_helpers=helpers, wrappers=context
+                files[path].source,
+                path,
+                exact=exact,
+                force=True,
+                state_helpers=helpers,
+                wrappers=context,
+                apex_target=apex_target,
             )
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models

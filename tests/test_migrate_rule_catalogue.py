@@ -16,7 +16,7 @@ CASES = [(rule.name, i, example) for rule in all_rules() for i, example in enume
 
 @pytest.mark.parametrize("name,index,example", CASES, ids=[f"{n}-{i}" for n, i, _ in CASES])
 def test_rule_example(name, index, example):
-    result = migrate_source(example.before, f"{name}.py")
+    result = migrate_source(example.before, f"{name}.py", apex_target=example.apex_target)
     if example.codes:
         assert [d.code for d in result.diagnostics] == list(example.codes)
         assert result.migrated == example.before
@@ -25,7 +25,7 @@ def test_rule_example(name, index, example):
         for fragment in example.expect:
             assert fragment in result.migrated
         compile(result.migrated, name, "exec")
-        assert migrate_source(result.migrated, name).migrated == result.migrated
+        assert migrate_source(result.migrated, name, apex_target=example.apex_target).migrated == result.migrated
     else:
         assert might_use_amp(example.before)  # a near-miss the prefilter lets through
         assert result.migrated == example.before and result.diagnostics == []

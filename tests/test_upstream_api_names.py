@@ -8,7 +8,9 @@ meaning, methods upstream's classes lack) against upstream's public API as recor
 The programs are the expected outputs of the fixture cases (``tests/migrate_cases/expected``)
 and fresh migrations of ``examples/*.py`` in both modes (default and ``--exact``).
 Migrated apex scripts call ``roundpipe.compat``, which upstream does not have: they are the
-compat case, checked to use nothing else that upstream lacks.
+compat case, checked to use nothing else that upstream lacks. The apex examples are also
+migrated with ``--apex-target plain``; where that differs, the plain output is checked as an
+upstream program.
 
 Where a current output breaks the upstream API, the case is a strict xfail naming the
 gap (:data:`KNOWN_GAPS`), and a second test still checks it strictly for every other gap.
@@ -59,6 +61,10 @@ def _programs() -> Dict[str, str]:
             migrated = migrate_source(source, str(path), exact=exact).migrated
             if migrated != source:
                 programs[f"{mode}/{path.name}"] = migrated
+            if path.name.startswith("apex_"):  # --apex-target plain: upstream's API where it can
+                plain = migrate_source(source, str(path), exact=exact, apex_target="plain").migrated
+                if plain != migrated:
+                    programs[f"plain-{mode}/{path.name}"] = plain
     return programs
 
 
@@ -102,6 +108,14 @@ def test_compat_case_is_an_apex_migration_needing_only_compat(case: str) -> None
     used = {name[len(COMPAT) + 1 :] for name in report.compat_names if name != COMPAT}
     assert used <= set(roundpipe.compat.__all__)
     assert [v for v in report.violations if v.key not in KNOWN_GAPS] == []
+
+
+def test_plain_apex_target_needs_no_compat_where_the_settings_are_literal() -> None:
+    """``--apex-target plain`` writes the literal O2 example with upstream's API alone (checked
+    above); the examples it cannot follow stay compat cases (test_apex_plain_target.py)."""
+    plain = {case for case in _programs() if case.startswith("plain-")}
+    assert plain == {"plain-default/apex_o2_batchnorm.py", "plain-exact/apex_o2_batchnorm.py"}
+    assert not any(_is_compat(case) for case in plain)
 
 
 def test_every_example_is_checked_in_both_modes() -> None:

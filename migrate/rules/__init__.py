@@ -25,11 +25,13 @@ __all__ = ["Example", "Pattern", "Rule", "all_rules", "pattern_table"]
 class Example:
     """``before`` is rewritten into text containing every ``expect`` fragment; with
     ``codes`` it is refused (left unchanged) with exactly those diagnostics; with neither,
-    it is a no-op near-miss that must come back unchanged and silent."""
+    it is a no-op near-miss that must come back unchanged and silent. ``apex_target`` is the
+    ``--apex-target`` it is migrated with."""
 
     before: str
     expect: Tuple[str, ...] = ()
     codes: Tuple[str, ...] = ()
+    apex_target: str = "compat"  # the --apex-target the example runs with
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""``model.synchronize()`` before the main-thread statements that need the newest weights.
+
+Evaluation, saving or loading state, and main-thread writes of optimizer state must not run
+while an asynchronous step is still running: each gets ``<model>.synchronize()`` on the line
+before it. :class:`Synchronizations` inserts them for one module, once for a stretch of a
+block with no training in between (a second state read after the first needs none), and
+not when the line before already synchronizes that model.
+"""
+
+from __future__ import annotations
+
+from typing import Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from .names import ModuleFacts
+from .plan import Plan
+from .syntax import method_call, only_expression
+
+__all__ = ["Synchronizations"]
+
+
+class Synchronizations:
+    """The ``synchronize()`` lines planned for one module (into ``plan``)."""
+
+    def __init__(self, facts: ModuleFacts, plan: Plan) -> None:
+        self.facts = facts
+        self.plan = plan
+        self._synced: Set[Tuple[int, int, str]] = set()  # (block, index, model) already given a sync
+
+    def before(self, node: cst.CSTNode, model: str, why: str) -> bool:
+        """Plan ``<model>.synchronize()`` before the statement holding ``node`` (``why``: the
+        report's reason, after the call). False when that statement is not a statement of a
+        block (nothing planned)."""
+        statement = self.facts.statement_of(node)
+        block = self.facts.parent(statement)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        body = list(block.body)
+        index = body.index(statement)
+        earlier = [i for b, i, name in self._synced if b == id(block) and i <= index and name == model]
+        if earlier and not any(_trains(s) for s in body[max(earlier) : index]):
+            return True  # already synchronized in this block, and no training since
+        previous = only_expression(body[index - 1]) if index > 0 else None
+        if previous is not None and method_call(previous, model, "synchronize"):
+            return True
+        self._synced.add((id(block), index, model))
+        self.plan.edits.insert_before(block, index, [cst.parse_statement(f"{model}.synchronize()\n")])
+        self.plan.rewrites.append((statement, f"{model}.synchronize() {why}"))
+        return True
+
+
+def _trains(statement: cst.CSTNode) -> bool:
+    """The statement may run a training step (a backward or an optimizer step)."""
+    return bool(m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))))

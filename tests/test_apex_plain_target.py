@@ -1,0 +1,230 @@
+"""``--apex-target plain``: apex scripts written with upstream RoundPipe's API (issue 15).
+
+A small apex program (a BatchNorm regressor, clipping on ``amp.master_params``, an eval
+forward, one batch whose float16 gradients overflow at the dynamic scale) runs as written on
+tests/fake_apex, as the compat migration and as the plain migration; with ``--exact`` all
+three print the same numbers (the fake apex lacks apex's O2 state dict hook, which both
+migrations have: their state dicts agree with each other), in the default form the two migrations print the same (each
+forward one step stale). The plain output needs nothing upstream lacks. Settings the plain
+target cannot follow keep the compat form, byte for byte, with RPM303 naming the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import runpy
+import sys
+from typing import List
+
+import pytest
+
+from migrate.engine import migrate_source
+from migrate_cli_support import run
+from upstream_api import check_program
+
+FAKE_APEX = pathlib.Path(__file__).parent / "fake_apex"
+
+SCRIPT = """
+import torch
+import torch.nn as nn
+from apex import amp
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+    criterion = nn.MSELoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, optimizer = amp.initialize(model, optimizer, verbosity=0, SETTINGS)
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(12, 6, generator=generator), torch.randn(12, 3, generator=generator)) for _ in range(6)]
+    data[OVERFLOW] = (data[OVERFLOW][0], data[OVERFLOW][1] * 3000.0)
+    probe = torch.randn(4, 6, generator=generator)
+    model.train()
+    for step, (inputs, targets) in enumerate(data):
+        optimizer.zero_grad()
+        loss = criterion(model(inputs), targets)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.10f}")
+    model.eval()
+    with torch.no_grad():
+        output = model(probe)
+    print(f"eval {output.dtype} {output.double().sum().item():.10f}")
+    print(sorted({str(value.dtype) for value in model.state_dict().values()}))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+# settings, the batch that overflows (-1: none; O3 and static scales are not checked in apex)
+PLAIN = {
+    "O0": ('opt_level="O0"', 3),
+    "O0-dynamic": ('opt_level="O0", loss_scale="dynamic"', 3),
+    "O2": ('opt_level="O2"', 3),
+    "O2-half-batchnorm": ('opt_level="O2", keep_batchnorm_fp32=False', 3),
+    "O2-static": ('opt_level="O2", loss_scale=128.0', -1),
+    "O3": ('opt_level="O3"', -1),
+    "O3-fp32-batchnorm": ('opt_level="O3", keep_batchnorm_fp32=True', -1),
+}
+
+# settings -> the cause RPM303 names
+COMPAT = {
+    "O1": ('opt_level="O1"', "O1 patches torch functions"),
+    "run-time": ("opt_level=LEVEL", "known only at run time"),
+    "min-scale": ('opt_level="O2", min_loss_scale=1.0', "min_loss_scale=1.0"),
+    "max-scale": ('opt_level="O2", max_loss_scale=2.0**20', "max_loss_scale=2.0**20"),
+    "fp16-copies": ('opt_level="O2", master_weights=False', "refuses to unscale float16"),
+    "odd-static": ('opt_level="O2", loss_scale=100.1', "not a power of two"),
+}
+
+
+def _script(settings: str, overflow: int) -> str:
+    source = SCRIPT if overflow >= 0 else "\n".join(line for line in SCRIPT.split("\n") if "OVERFLOW" not in line)
+    return source.replace("SETTINGS", settings).replace("OVERFLOW", str(overflow))
+
+
+def _printed(source: str, path: pathlib.Path) -> List[str]:
+    path.write_text(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(path), run_name="__main__")
+    return out.getvalue().splitlines()
+
+
+@pytest.fixture
+def fake_apex(monkeypatch):
+    monkeypatch.syspath_prepend(str(FAKE_APEX))
+    for name in [name for name in sys.modules if name == "apex" or name.startswith("apex.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def _migrated(source: str, exact: bool, target: str) -> str:
+    result = migrate_source(source, "script.py", exact=exact, apex_target=target)
+    assert result.status == "migrated" and not result.diagnostics, result.diagnostics
+    return result.migrated
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(case, marks=[] if case in ("O0", "O2") else [pytest.mark.slow]) for case in PLAIN]
+)
+def test_exact_plain_migration_prints_apexs_numbers(case: str, fake_apex, tmp_path) -> None:
+    source = _script(*PLAIN[case])
+    plain = _migrated(source, exact=True, target="plain")
+    assert "roundpipe.compat" not in plain and "from apex" not in plain and " amp.scale_loss" not in plain
+    original = _printed(source, tmp_path / "original.py")
+    compat = _printed(_migrated(source, exact=True, target="compat"), tmp_path / "compat.py")
+    assert _printed(plain, tmp_path / "plain.py") == compat
+    # the last line, the state dict's dtypes: the fake apex has no O2 state dict hook
+    assert compat[:-1] == original[:-1]
+    assert len({line.split()[-1] for line in original if line.startswith("step")}) > 1
+
+
+@pytest.mark.parametrize("case", ["O2", pytest.param("O2-static", marks=pytest.mark.slow), "O3"])
+def test_default_plain_migration_prints_the_compat_migrations_numbers(case: str, tmp_path) -> None:
+    source = _script(*PLAIN[case])
+    plain = _printed(_migrated(source, exact=False, target="plain"), tmp_path / "plain.py")
+    assert plain == _printed(_migrated(source, exact=False, target="compat"), tmp_path / "compat.py")
+    assert sum(line.startswith("step") for line in plain) == 6
+
+
+@pytest.mark.parametrize("case", list(PLAIN))
+def test_plain_migration_uses_only_upstream_api(case: str) -> None:
+    for exact in (False, True):
+        report = check_program(_migrated(_script(*PLAIN[case]), exact=exact, target="plain"))
+        assert not report.violations, "\n".join(map(str, report.violations))
+        assert not report.compat_names
+
+
+def test_plain_migration_casts_the_model_where_the_optimizer_is_built() -> None:
+    plain = _migrated(_script(*PLAIN["O2"]), exact=False, target="plain")
+    assert (
+        "    criterion = nn.MSELoss()\n"
+        "    _apex_cast_model(model, torch.float16, keep_batchnorm_fp32=True)\n"
+        "    model = roundpipe.RoundPipe(\n"
+        "        model,\n"
+        "        optim_dtype=torch.float32,\n"
+        "        model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=NUM_MICROBATCH),\n"
+        "    )\n"
+        "    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.05, momentum=0.9)\n"
+        "    generator = "
+    ) in plain
+    assert "    amp_scaler = roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)\n" in plain
+    assert plain.index("def _apex_cast(") < plain.index("def main():")
+    again = migrate_source(plain, "script.py", apex_target="plain")
+    assert again.migrated == plain and not again.diagnostics and not again.rewrites  # idempotent
+
+
+@pytest.mark.parametrize("case", list(COMPAT))
+def test_settings_plain_code_cannot_follow_keep_the_compat_form(case: str) -> None:
+    settings, cause = COMPAT[case]
+    source = _script(settings, 3)
+    if case == "run-time":
+        source = source.replace("def main():", 'LEVEL = "O2"\n\n\ndef main():')
+    compat = migrate_source(source, "script.py", apex_target="compat")
+    kept = migrate_source(source, "script.py", apex_target="plain")
+    assert kept.migrated == compat.migrated and "roundpipe.compat.initialize" in kept.migrated
+    notes = [d for d in kept.diagnostics if d.code == "RPM303"]
+    assert len(notes) == 1 and cause in notes[0].message, kept.diagnostics
+    assert notes[0].line == source[: source.index("amp.initialize")].count("\n") + 1
+    assert kept.diagnostics == compat.diagnostics + notes
+
+
+ACCUMULATING = """
+import torch
+from apex import amp
+
+
+def main():
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O2", verbosity=0)
+    optimizer.zero_grad()
+    for i in range(8):
+        loss = model(torch.randn(4, 8)).pow(2).mean() / 2
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        if (i + 1) % 2 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
+def test_gradient_accumulation_keeps_the_compat_form() -> None:
+    kept = migrate_source(ACCUMULATING, "script.py", apex_target="plain")
+    assert kept.migrated == migrate_source(ACCUMULATING, "script.py").migrated != ACCUMULATING
+    assert [d.code for d in kept.diagnostics] == ["RPM303"] and "accumulation" in kept.diagnostics[0].message
+    assert kept.diagnostics[0].line == 13  # the scale_loss block
+
+
+def test_loss_scaler_state_keeps_the_compat_form() -> None:
+    source = _script(*PLAIN["O2"]).replace("    model.eval()\n", "    saved = amp.state_dict()\n    model.eval()\n")
+    kept = migrate_source(source, "script.py", apex_target="plain")
+    assert "roundpipe.compat.state_dict()" in kept.migrated
+    assert [d.code for d in kept.diagnostics] == ["RPM303"] and "amp.state_dict" in kept.diagnostics[0].message
+
+
+def test_generated_helpers_capture_no_user_name() -> None:
+    source = _script(*PLAIN["O2"]).replace("def main():", "def _apex_cast(value):\n    return value\n\n\ndef main():")
+    plain = _migrated(source, exact=False, target="plain")
+    assert "def _apex_cast(value):\n    return value\n" in plain and "def _apex_cast_2(value, dtype):" in plain
+    assert "_apex_cast(args, dtype)" not in plain and "_apex_cast_2(args, dtype)" in plain
+
+
+def test_command_line_flag_chooses_the_target(tmp_path, capsys) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_script(*PLAIN["O2"]))
+    (tmp_path / "other.py").write_text(_script(*COMPAT["O1"][:1], 3))  # two files: the project pass too
+    code, out, err = run(capsys, tmp_path, "--apex-target", "plain")
+    assert code == 0 and "RPM303" in err and "other.py" in err
+    code, out, err = run(capsys, script, "--apex-target", "plain")
+    assert code == 0 and "+    _apex_cast_model(model, torch.float16" in out and "roundpipe.compat" not in out
+    code, out, err = run(capsys, script)
+    assert code == 0 and "+    model, optimizer = roundpipe.compat.initialize(" in out
+    code, out, err = run(capsys, script, "--apex-target", "upstream")
+    assert code == 2 and "--apex-target" in err
