@@ -95,6 +95,7 @@ class StepBuilder:
         found = multi_step.own_statements(self, found, optimizer, model)
         group = list(found.statements)
         self.trained = (optimizer, model)
+        self.rules.plan.trained_models[self.backward] = model
         try:
             multi_step.check_fusable(self)
             region = self._forward_region(model, optimizer)
