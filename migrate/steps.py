@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from . import joint_steps, multi_step, step_decisions
+from . import joint_steps, multi_step, optimizer_wrappers, step_decisions
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
@@ -269,6 +269,9 @@ class StepBuilder:
             return ""
         if not all(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after):
             return ""
+        wrapper = optimizer_wrappers.split_step_reason(self, function)
+        if wrapper is not None:
+            return wrapper
         return (
             f" ({function.name.value}() ends with it: a step split over several functions or "
             "methods, e.g. backward and update mixins, is not migrated)"
