@@ -10,6 +10,7 @@ from libcst.metadata import Scope
 
 from .parallel import other_trainer
 from .plan import Blocked
+from .reached_models import unproven_reach
 from .returned import returned_targets
 from .state_helpers import state_only_parameter
 from .synchronize import Synchronizations
@@ -38,7 +39,9 @@ class ModelUses:
         self.rules = rules
         self.facts = rules.facts
         self._syncs = Synchronizations(self.facts, rules.plan)
-        self._called_with_grad: Dict[cst.CSTNode, Dict[str, cst.Call]] = {}  # function -> attribute model -> call
+        self._called_with_grad: Dict[
+            cst.CSTNode, Dict[str, List[cst.Call]]
+        ] = {}  # function -> attribute model -> calls
 
     def plan(self) -> None:
         for statement, name in self.rules.plan.synchronize_before:
@@ -208,28 +211,23 @@ class ModelUses:
                 self._syncs.before(ancestor, name, _BEFORE_USE)
                 return
         function = self.facts.enclosing(access, (cst.FunctionDef,))
-        if "." in name and function is not None:  # an instance's model (`self.D(x)`), with gradients
-            self._called_with_grad.setdefault(function, {}).setdefault(
-                name, cst.ensure_type(self.facts.parent(access), cst.Call)
-            )
+        call = self.facts.parent(access)
+        if "." in name and function is not None and isinstance(call, cst.Call):  # `self.D(x)`, with gradients
+            self._called_with_grad.setdefault(function, {}).setdefault(name, []).append(call)
 
     def _check_steps_reach_one_model(self) -> None:
         """A method holding a training step that also calls another wrapped instance model
-        with gradients (a GAN's generator step through the discriminator): that backward
-        reaches the other model's parameters, whose gradients RoundPipe's step for the
-        first does not hand over or clear as the original did."""
+        with gradients (a GAN's generator step through the discriminator): its backward may
+        reach that model's parameters, whose gradients RoundPipe's step for the first does
+        not hand over; refused unless that is proven harmless (:mod:`migrate.reached_models`)."""
         for backward in sorted(self.rules.plan.backward_statements, key=self.facts.order):
             function = self.facts.enclosing(backward, (cst.FunctionDef,))
             called = self._called_with_grad.get(function, {}) if function is not None else {}
-            if len(called) > 1:
-                first, second = sorted(called, key=lambda n: self.facts.order(called[n]))[:2]
-                raise Blocked(
-                    called[second],
-                    "RPM107",
-                    f"{function.name.value}() holds a training step and calls two wrapped models with "  # type: ignore[union-attr]
-                    f"gradients ({first}, {second}): its backward may reach the parameters of both (a GAN "
-                    "step?), but each RoundPipe step hands over only its own model's gradients; left untouched",
-                )
+            if len(called) < 2:
+                continue
+            found = unproven_reach(self.facts, self.rules.plan, backward, called)
+            if found is not None:
+                raise Blocked(found[0], "RPM107", found[1])
 
     def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
         fed = self.rules.parameter_fed_by(arg)

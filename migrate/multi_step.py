@@ -33,6 +33,7 @@ import libcst.matchers as m
 
 from .origins import exclusive
 from .plan import Blocked
+from .reached_models import zeroed_in_place_key
 from .syntax import code, names_in, only_expression
 
 if TYPE_CHECKING:
@@ -215,6 +216,8 @@ def zero_models_in_place(step: "StepBuilder", zero_grads: List[int], optimizer: 
     optimizer is built on that model's parameters, whose gradients RoundPipe's backward
     fills); the step function zeroes the optimizer copies after the step. A call on
     anything else is refused: left as it was, it would no longer zero the model."""
+    if zero_grads:
+        step.rules.plan.zeroed_in_place.add(zeroed_in_place_key(step.facts, step.backward, model))
     for index in zero_grads:
         statement = step.body[index]
         owner = _owner(statement)

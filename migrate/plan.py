@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -49,6 +49,9 @@ class Plan:
     taken_names: Set[str] = field(default_factory=set)  # every name the module already uses
     stopped_guards: List[cst.If] = field(default_factory=list)  # DDP branches now raising (migrate.ddp_guard)
     microbatch: str = ""  # the generated microbatch-count constant (see :meth:`fresh`)
+    trained_models: Dict[cst.CSTNode, str] = field(default_factory=dict)  # backward -> the model its step trains
+    # models whose zero_grad() stays on the model before their backward (migrate.reached_models)
+    zeroed_in_place: Set[Tuple[int, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not self.microbatch:

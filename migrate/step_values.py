@@ -23,7 +23,7 @@ from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
-from .syntax import code, names_outside, only_assignment, written_and_read
+from .syntax import code, dotted, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -104,13 +104,14 @@ class EscapingValues:
 
 
 def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStatement]) -> EscapingValues:
-    """What the step function must declare so the values its ``measure`` statements bind
-    reach the main thread (``statements``: the step's own, nested ones included)."""
+    """What the step function must declare so the values its ``measure`` statements bind,
+    and those the other work of an ``if`` chosen by the norm binds (counters), reach the main
+    thread (``statements``: the step's own, nested ones included)."""
     facts = builder.facts
     written: List[str] = []
     for statement in statements:
-        if builder._classify(statement) == "measure":
-            written += sorted(written_and_read(statement)[0] - set(written))
+        if builder._classify(statement) in ("measure", None):  # None: work beside the step in its `if`
+            written += sorted(_bound(statement) - set(written))
     if not written:
         return EscapingValues((), None, ())
     function = facts.enclosing(builder.backward, (cst.FunctionDef,))
@@ -134,16 +135,28 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
     return EscapingValues(names, declaration, bindings)  # type: ignore[arg-type]
 
 
+def _bound(statement: cst.BaseStatement) -> Set[str]:
+    """The names a simple statement, or the simple statements of an ``if`` chain, bind."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return written_and_read(statement)[0]
+    if isinstance(statement, cst.If):
+        return {name for part in branches(statement) for inner in part for name in _bound(inner)}
+    return set()
+
+
 def _under(facts, node: object, statements: set) -> bool:
     return isinstance(node, cst.CSTNode) and any(a in statements for a in [node, *facts.ancestors(node)])
 
 
 def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") -> None:
-    """``norm = clip_grad_norm_(...)`` then ``if not torch.isfinite(norm): ... scaler.step``:
-    the branch holding the optimizer step is chosen on the main thread from a value only the
-    step function can compute (the copies' gradients), and the branches do main-thread work
-    (logging, counters) around the step. Raises :class:`Blocked` naming the value (RPM134 for a norm measured after
-    ``scaler.update()``, RPM135 for a step chosen by it)."""
+    """Raise :class:`Blocked` for a gradient norm measured after ``scaler.update()`` (RPM134),
+    and for an ``if`` right after the step statements whose test reads a norm they measure
+    and which cannot move into the step function with them (``if not torch.isfinite(norm):
+    continue``; an ``if`` that can move is one of the step statements,
+    :mod:`migrate.step_decisions`), naming the statement that blocks (RPM135). An ``if`` after the
+    step that does not use the scaler reads the norm on the main thread and is not refused."""
+    from .step_decisions import Blocker, decision_blocker, decision_kinds
+
     kinds = [builder._classify(s) for s in found.statements]
     if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
         raise Blocked(
@@ -154,20 +167,33 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
             "scaler.step(), or migrate by hand",
         )
     statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []
-    measured = {n for s in found.statements if builder._classify(s) == "measure" for n in written_and_read(s)[0]}
+    measured = {
+        n
+        for s, kind in builder._with_kinds(list(found.statements))
+        if kind == "measure"
+        for n in written_and_read(s)[0]
+    }
     if not measured or found.end >= len(statements):
         return
     following = statements[found.end]
-    if not isinstance(following, cst.If) or not builder._mentions(following, builder.anchor):
+    if not isinstance(following, cst.If):
         return
     decided_by = sorted(measured & set(names_outside(builder.facts, following.test, set())))
-    if decided_by:
-        raise Blocked(
-            following,
-            "RPM135",
-            f"the optimizer step is chosen by `{code(following.test)}`, which reads "
-            f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
-            "that value exists only inside the step function, and the branches do main-thread "
-            "work around `scaler.step`; migrate this step by hand (compute the norm in the step "
-            "function and keep one unconditional `scaler.step`: it already skips non-finite steps)",
-        )
+    if not decided_by:
+        return
+    if "step" in decision_kinds(builder, found.statements):  # after the step: reads the norm, unless it steps again
+        again = m.Call(func=m.Attribute(attr=m.Name("step") | m.Name("update")))
+        calls = [c for c in m.findall(following, again) if dotted(c.func.value) == builder.scaler]  # type: ignore[attr-defined]
+        blocker = Blocker(calls[0], f"`{code(calls[0])}` again") if calls else None
+    else:
+        blocker = decision_blocker(builder, following)
+    if blocker is None:
+        return
+    raise Blocked(
+        blocker.node,
+        "RPM135",
+        f"the optimizer step is chosen by `{code(following.test)}`, which reads "
+        f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
+        "that value exists only inside the step function, where this `if` would have to move, "
+        f"but it holds {blocker.reason}; migrate this step by hand",
+    )

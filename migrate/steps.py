@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from . import joint_steps, multi_step
+from . import joint_steps, multi_step, optimizer_wrappers, step_decisions
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
@@ -100,6 +100,7 @@ class StepBuilder:
         found = multi_step.own_statements(self, found, optimizer, model)
         group = list(found.statements)
         self.trained = (optimizer, model)
+        self.rules.plan.trained_models[self.backward] = model
         try:
             multi_step.check_fusable(self)
             region = self._forward_region(model, optimizer)
@@ -193,6 +194,8 @@ class StepBuilder:
             and all(self._classify(inner) in _GUARDABLE for inner in statement.body.body)
         ):
             return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
+        if step_decisions.is_decided(self, statement):
+            return "decided"  # `if not torch.isfinite(grad_norm): ...` around or before the step
         value = only_expression(statement)
         if not isinstance(value, cst.Call):
             return None
@@ -220,7 +223,7 @@ class StepBuilder:
         for statement in group:
             kind = self._classify(statement)
             found.append((statement, kind))
-            if kind == "guarded" and isinstance(statement, cst.If):
+            if kind in ("guarded", "decided") and isinstance(statement, cst.If):
                 found += [(inner, self._classify(inner)) for part in branches(statement) for inner in part]
         return found
 
@@ -264,6 +267,9 @@ class StepBuilder:
             return ""
         if not all(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after):
             return ""
+        wrapper = optimizer_wrappers.split_step_reason(self, function)
+        if wrapper is not None:
+            return wrapper
         return (
             f" ({function.name.value}() ends with it: a step split over several functions or "
             "methods, e.g. backward and update mixins, is not migrated)"
@@ -307,12 +313,12 @@ class StepBuilder:
         return name in names_in(node)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
-        kinds = [self._classify(s) for s in group]
+        kinds = step_decisions.decision_kinds(self, group)
         if kinds.count("step") != 1 or kinds.count("update") > 1:
             raise multi_step.unsupported_group(self, group, kinds)
         if "update" in kinds and kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM134", "scaler.update() before scaler.step()")
-        step_call = only_expression(group[kinds.index("step")])
+        step_call = only_expression(next(s for s, kind in self._with_kinds(group) if kind == "step"))
         assert isinstance(step_call, cst.Call)  # what _classify calls a step
         optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
         if optimizer is None and len(step_call.args) > 1:
@@ -869,10 +875,13 @@ class StepBuilder:
             arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
             moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
         escaping = escaping_values(self, [s for s, _ in self._with_kinds(group)])
-        step_suffix = ", is_async=False" if self.rules.exact or escaping.names else ""
+        in_order = step_decisions.main_thread_work(self, group)
+        step_suffix = ", is_async=False" if self.rules.exact or escaping.names or in_order else ""
+        branch_update = step_decisions.plan_branch_updates(self, group)
 
         def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
             inside, update = self._step_body(updated, kinds, optimizer)
+            update = update or branch_update
             if moved_zero is not None:
                 inside.append(moved_zero)
             if escaping.declaration is not None:
@@ -900,6 +909,14 @@ class StepBuilder:
                     group[0],
                     f"step run synchronously: {', '.join(escaping.names)} "
                     "(measured in the step) is read on the main thread",
+                )
+            )
+        if in_order:
+            plan.rewrites.append(
+                (
+                    in_order[0],
+                    "step run synchronously: the `if` choosing it from the measured norm does "
+                    "main-thread work in the step function, at its place in the iteration",
                 )
             )
 

@@ -361,6 +361,65 @@ if __name__ == "__main__":
     main()
 """
 
+# A trainer class with one scaler per network and a step method each (the `self.` variant):
+# the discriminator's step calls the generator with `.detach()`, the generator's step runs
+# through the discriminator, whose zero_grad() before its own backward drops what that left;
+# an inf batch in iteration 2 skips the discriminator's step alone.
+TRAINER_TWO_SCALERS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class GANTrainer:
+    def __init__(self, z_dim=3):
+        torch.manual_seed(0)
+        self.z_dim = z_dim
+        self.G = nn.Sequential(nn.Linear(z_dim, 12), nn.ReLU(), nn.Linear(12, 2))
+        self.D = nn.Sequential(nn.Linear(2, 12), nn.LeakyReLU(0.1), nn.Linear(12, 1))
+        self.opt_g = torch.optim.Adam(self.G.parameters(), lr=1e-3, betas=(0.0, 0.9))
+        self.opt_d = torch.optim.Adam(self.D.parameters(), lr=4e-3, betas=(0.0, 0.9))
+        self.scaler_g = torch.amp.GradScaler("cpu", init_scale=2.0**6, growth_interval=2)
+        self.scaler_d = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=3)
+
+    def d_step(self, real, z):
+        self.opt_d.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fake = self.G(z).detach()
+            loss_d = F.relu(1.0 - self.D(real)).mean() + F.relu(1.0 + self.D(fake)).mean()
+        self.scaler_d.scale(loss_d).backward()
+        self.scaler_d.unscale_(self.opt_d)
+        nn.utils.clip_grad_norm_(self.D.parameters(), 0.5)
+        self.scaler_d.step(self.opt_d)
+        self.scaler_d.update()
+        return loss_d.item()
+
+    def g_step(self, z):
+        self.opt_g.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss_g = -self.D(self.G(z)).float().mean()
+        self.scaler_g.scale(loss_g).backward()
+        self.scaler_g.step(self.opt_g)
+        self.scaler_g.update()
+        return loss_g.item()
+
+
+def main():
+    trainer = GANTrainer()
+    gen = torch.Generator().manual_seed(20)
+    for step in range(8):
+        real = torch.randn(16, 2, generator=gen) * 0.5 + 1.0
+        if step == 2:
+            real[0, 0] = float("inf")
+        loss_d = trainer.d_step(real, torch.randn(16, trainer.z_dim, generator=gen))
+        loss_g = trainer.g_step(torch.randn(16, trainer.z_dim, generator=gen))
+        print(f"step {step} loss {loss_d!r} lossG {loss_g!r}")
+    print(f"final scale {trainer.scaler_d.get_scale()!r} {trainer.scaler_g.get_scale()!r}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 PROGRAMS = {
     "one_loss_two_networks": ONE_LOSS_TWO_NETWORKS,
     "two_backwards_one_step": TWO_BACKWARDS_ONE_STEP,
@@ -369,6 +428,7 @@ PROGRAMS = {
     "helper_steps": HELPER_STEPS,
     "requires_grad_toggles": REQUIRES_GRAD_TOGGLES,
     "schedulers": SCHEDULERS,
+    "trainer_two_scalers": TRAINER_TWO_SCALERS,
 }
 
 
@@ -407,7 +467,7 @@ def _cases(fast):
     return [pytest.param(name, marks=() if name in fast else pytest.mark.slow) for name in sorted(PROGRAMS)]
 
 
-FAST_EXACT = {"shared_scaler", "two_scalers", "one_loss_two_networks", "two_backwards_one_step"}
+FAST_EXACT = {"shared_scaler", "two_scalers", "one_loss_two_networks", "two_backwards_one_step", "trainer_two_scalers"}
 FAST_DEFAULT = {"shared_scaler", "two_scalers"}
 
 
@@ -530,3 +590,55 @@ def test_default_migration_applies_each_iterations_inf_checks_one_iteration_late
     default = migrate_source(SHARED_SCALER, "gan.py").migrated
     lagged = [float(s) for s in scale.findall(_run(default, tmp_path, "default.py"))]
     assert lagged == [1024.0] + original[:-1]
+
+
+def test_trainer_class_steps_each_network_in_its_own_method():
+    result = migrate_source(TRAINER_TWO_SCALERS, "gan.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    text = result.migrated
+    assert "        self.D.zero_grad()\n" in text and "        self.G.zero_grad()\n" in text
+    assert "        self.D.step(_step_fn" in text and "        self.G.step(_step_fn" in text
+    assert "            nn.utils.clip_grad_norm_(self.D.optim_parameters(), 0.5)\n" in text
+    assert migrate_source(text, "gan.py", exact=True).migrated == text  # idempotent
+
+
+def test_the_discriminator_step_may_call_the_generator_under_no_grad(tmp_path):
+    source = TRAINER_TWO_SCALERS.replace(
+        "            fake = self.G(z).detach()\n",
+        "            with torch.no_grad():\n                fake = self.G(z)\n",
+    )
+    exact = migrate_source(source, "gan.py", exact=True)
+    assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
+    assert _run(exact.migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+
+
+@pytest.mark.parametrize(
+    "change,call",
+    [
+        (  # the generator's gradients are zeroed after its step only: what d_step leaves is not dropped
+            lambda s: (
+                s.replace("            fake = self.G(z).detach()\n", "            fake = self.G(z)\n")
+                .replace("        self.opt_g.zero_grad()\n", "")
+                .replace(
+                    "        self.scaler_g.update()\n",
+                    "        self.scaler_g.update()\n        self.opt_g.zero_grad()\n",
+                )
+            ),
+            "self.G(z)",
+        ),
+        (  # the discriminator's gradients are zeroed after its step only: what g_step leaves reaches it
+            lambda s: s.replace("        self.opt_d.zero_grad()\n", "").replace(
+                "        self.scaler_d.update()\n", "        self.scaler_d.update()\n        self.opt_d.zero_grad()\n"
+            ),
+            "self.D(self.G(z))",
+        ),
+    ],
+    ids=["generator_reached_by_d_step", "discriminator_reached_by_g_step"],
+)
+def test_a_step_reaching_another_network_without_proof_is_refused(change, call):
+    source = change(TRAINER_TWO_SCALERS)
+    assert source != TRAINER_TWO_SCALERS
+    result = migrate_source(source, "gan.py", exact=True)
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == ["RPM107"]
+    assert f"`{call}`" in result.diagnostics[0].message and "reach" in result.diagnostics[0].message

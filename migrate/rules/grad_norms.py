@@ -66,13 +66,13 @@ RULE = Rule(
             "`norm = clip_grad_norm_(model.parameters(), c)` or `norm = helper(model.parameters())` "
             "between the backward and `scaler.step`; `if clip > 0: unscale_ + clip else: measure`",
             "moved into the step function in their order, measuring `model.optim_parameters()`; an "
-            "`if`/`else` whose other statements are not optimizer work, or an `if` choosing the "
-            "step from the measured norm (`if not torch.isfinite(norm):`), refuses the file (RPM135)",
+            "`if`/`else` whose other statements are not optimizer work refuses the file (RPM135); an "
+            "`if` choosing the step from the measured norm: rule grad_norm_decisions",
             "反向传播与 `scaler.step` 之间的 `norm = clip_grad_norm_(model.parameters(), c)` 或 "
             "`norm = helper(model.parameters())`；`if clip > 0: unscale_ + 裁剪 else: 计算范数`",
             "按原顺序移入步骤函数，改为在 `model.optim_parameters()` 上计算；若 `if`/`else` 中还有"
-            "不属于优化器工作的语句，或由计算出的范数决定如何执行步骤（`if not torch.isfinite(norm):`），"
-            "文件被拒绝（RPM135）",
+            "不属于优化器工作的语句，文件被拒绝（RPM135）；由计算出的范数决定如何执行步骤的 `if`："
+            "见规则 grad_norm_decisions",
         ),
         Pattern(
             "a norm measured in the step and read after it (logged, returned)",
@@ -117,15 +117,6 @@ RULE = Rule(
         Example(  # the else branch does other work than the optimizer's
             _CONDITIONAL.replace(
                 "        norm = grad_norm_of(", '        print("no clip")\n        norm = grad_norm_of('
-            ),
-            codes=("RPM135",),
-        ),
-        Example(  # the step is chosen on the main thread from the measured norm
-            _LOGGED.replace(
-                "        scaler.step(optimizer)\n        scaler.update()\n",
-                '        if not torch.isfinite(grad_norm):\n            print("skipped")\n'
-                "            scaler.step(optimizer)\n            scaler.update()\n"
-                "        else:\n            scaler.step(optimizer)\n            scaler.update()\n",
             ),
             codes=("RPM135",),
         ),

@@ -107,6 +107,46 @@ _CLIPPED_TOGETHER = _TWO_STEPS_AFTER_ONE_BACKWARD.replace(
     "        scaler.step(opt_e)\n",
 )
 
+# A trainer class: one scaler per network, a step method each on `self`.
+_TRAINER_METHODS = """import torch
+import torch.nn.functional as F
+
+
+class GANTrainer:
+    def __init__(self, z_dim):
+        self.G = torch.nn.Sequential(torch.nn.Linear(z_dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+        self.D = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        self.opt_g = torch.optim.Adam(self.G.parameters(), lr=1e-4)
+        self.opt_d = torch.optim.Adam(self.D.parameters(), lr=4e-4)
+        self.scaler_g = torch.amp.GradScaler("cuda")
+        self.scaler_d = torch.amp.GradScaler("cuda")
+
+    def d_step(self, real, z):
+        self.opt_d.zero_grad()
+        with torch.autocast("cuda"):
+            fake = self.G(z).detach()
+            loss_d = F.relu(1.0 - self.D(real)).mean() + F.relu(1.0 + self.D(fake)).mean()
+        self.scaler_d.scale(loss_d).backward()
+        self.scaler_d.step(self.opt_d)
+        self.scaler_d.update()
+
+    def g_step(self, z):
+        self.opt_g.zero_grad()
+        with torch.autocast("cuda"):
+            loss_g = -self.D(self.G(z)).mean()
+        self.scaler_g.scale(loss_g).backward()
+        self.scaler_g.step(self.opt_g)
+        self.scaler_g.update()
+"""
+
+# The discriminator's step runs through the generator with gradients, and the generator's
+# gradients are zeroed only after its step: nothing drops what d_step leaves on them.
+_TRAINER_REACHING = (
+    _TRAINER_METHODS.replace("            fake = self.G(z).detach()\n", "            fake = self.G(z)\n")
+    .replace("        self.opt_g.zero_grad()\n", "")
+    .replace("        self.scaler_g.update()\n", "        self.scaler_g.update()\n        self.opt_g.zero_grad()\n")
+)
+
 _ALREADY_MIGRATED = """import roundpipe
 import torch
 
@@ -148,13 +188,19 @@ RULE = Rule(
     description="GANs and other programs stepping several networks, with one scaler shared by "
     "their steps or one scaler each",
     codes=("RPM107", "RPM108"),
-    implemented_in=("multi_step.py", "joint_steps.py", "steps.py"),
+    implemented_in=("multi_step.py", "joint_steps.py", "reached_models.py", "steps.py"),
     patterns=(
         Pattern(
             "several networks, each with its own optimizer and backward (a GAN's discriminator step, then its generator step through the discriminator), with one scaler shared by the steps (`scaler.step(opt_d)` after the first backward, `scaler.step(opt_g)` and the one `scaler.update()` after the second) or one scaler each",
             "each network wrapped in `roundpipe.RoundPipe`, its optimizer built on its `optim_parameters()`; every step in the autograd form (the backward may reach another network, so forwards and backwards stay as written) with its own `_step_fn` for that network's `model.step`; `scaler.update()` stays where it was, once; a `zero_grad()` before a backward stays in place on the model (`opt_d.zero_grad()` becomes `netD.zero_grad()`: it drops what the other backward left there) and `_step_fn` also zeroes the optimizer; an optimizer over several networks' parameters refuses the file (RPM108), as does a step without a later `scaler.update()` in its block (RPM107); a backward whose next scaler use is another `scaler.scale(...).backward()` (DCGAN's discriminator loss back-propagated in two parts) stays as written and is stepped with it; `backward(retain_graph=True)` is kept, in the autograd form",
             "多个网络各有自己的优化器和反向（GAN 先更新判别器，再通过判别器更新生成器），多个步骤共用一个 scaler（第一次反向后 `scaler.step(opt_d)`，第二次反向后 `scaler.step(opt_g)` 和唯一的 `scaler.update()`），或每个网络一个 scaler",
             "每个网络都用 `roundpipe.RoundPipe` 包装，其优化器基于各自的 `optim_parameters()` 构建；每个步骤都采用 autograd 形式（反向可能经过另一个网络，因此前向和反向保持原样），并有自己的 `_step_fn` 交给该网络的 `model.step`；`scaler.update()` 留在原处，只调用一次；反向之前的 `zero_grad()` 留在原处并作用于模型（`opt_d.zero_grad()` 变为 `netD.zero_grad()`：丢弃另一次反向留下的梯度），`_step_fn` 同时清零优化器；一个优化器覆盖多个网络的参数时拒绝迁移该文件（RPM108），某个步骤之后在同一代码块中没有 `scaler.update()` 时也拒绝（RPM107）；若某次反向之后对 scaler 的下一次使用是另一个 `scaler.scale(...).backward()`（DCGAN 的判别器损失分两部分反向传播），该反向保持原样，其梯度由下一次反向之后的步骤一并更新；`backward(retain_graph=True)` 保持原样，采用 autograd 形式",
+        ),
+        Pattern(
+            "a trainer class stepping each network in its own method (`d_step`/`g_step` on `self.G`, `self.D`, one scaler each or shared), each method calling both models",
+            "as for functions, on the instance attributes; a method's call of the other network with gradients is accepted when its backward cannot reach that network (`self.G(z).detach()`, or the call under `torch.no_grad()`) or when that network's own step zeroes its gradients on the model before its backward (`self.opt_d.zero_grad()` first, kept in place as `self.D.zero_grad()`), which drops what the other backward left; otherwise the file is refused (RPM107, naming the call)",
+            "训练器类在各自的方法中更新每个网络（`self.G`、`self.D` 上的 `d_step`/`g_step`，每个网络一个 scaler 或共用一个），每个方法都调用两个模型",
+            "与函数形式相同，作用于实例属性；方法中带梯度地调用另一个网络时，若其反向无法到达该网络（`self.G(z).detach()`，或在 `torch.no_grad()` 下调用），或该网络自己的步骤在其反向之前就在模型上清零梯度（先调用 `self.opt_d.zero_grad()`，原位保留为 `self.D.zero_grad()`），从而丢弃另一次反向留下的梯度，则接受；否则拒绝迁移该文件（RPM107，并指出该调用）",
         ),
         Pattern(
             "several optimizers stepped after one backward (one loss through an encoder and a decoder: `scaler.step(opt_enc); scaler.step(opt_dec); scaler.update()`), each optimizer on its own network",
@@ -213,6 +259,18 @@ RULE = Rule(
             ),
         ),
         Example(_CLIPPED_TOGETHER, codes=("RPM107",)),
+        Example(
+            _TRAINER_METHODS,
+            expect=(
+                "        self.G = roundpipe.RoundPipe(",
+                "        self.opt_d = torch.optim.Adam(self.D.optim_parameters(), lr=4e-4)\n",
+                "        self.D.zero_grad()\n",
+                "            self.scaler_d.step(self.opt_d)\n            self.opt_d.zero_grad()\n\n"
+                "        self.D.step(_step_fn",
+                "        self.G.zero_grad()\n",
+            ),
+        ),
+        Example(_TRAINER_REACHING, codes=("RPM107",)),
         Example(_ALREADY_MIGRATED),
     ),
 )
