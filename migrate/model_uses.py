@@ -13,7 +13,8 @@ from .parallel import other_trainer
 from .plan import Blocked
 from .returned import returned_targets
 from .state_helpers import state_only_parameter
-from .syntax import code, method_call, only_expression
+from .state_objects import StateField
+from .syntax import code, dotted, method_call, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -56,6 +57,12 @@ class ModelUses:
             seen.add((id(scope), name))
             for access in self.rules._accesses(name, scope):
                 if not self.rules._runs_after(access, scope, after) or self._in_stopped_guard(access):
+                    continue
+                if isinstance(scope, StateField):  # read as `state.model`: that is its name here
+                    name = dotted(access) or code(access)
+                given = self.rules.state_objects.field_given(access)
+                if given is not None:  # put in a state object: its reads are the model's
+                    queue.append((self.rules.state_objects.field(*given), given[1], 0))
                     continue
                 if self.facts.statement_of(access) in self.rules.plan.replaced_statements:
                     continue

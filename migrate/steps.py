@@ -16,6 +16,7 @@ import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
 from . import joint_steps, multi_step
+from .aliases import spellings
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
@@ -69,6 +70,7 @@ class StepBuilder:
         self.rules = rules
         self.facts = rules.facts
         self.scaler = scaler
+        self.scaler_spellings = spellings(rules.facts, scaler, backward)  # `amp_scaler = state["scaler"]`
         self.anchor = scaler  # the name whose next use after the backward starts the step
         self.backward = backward
         self.loss = loss
@@ -191,13 +193,13 @@ class StepBuilder:
         value = only_expression(statement)
         if not isinstance(value, cst.Call):
             return None
-        s = self.scaler
-        if method_call(value, s, "unscale_"):
-            return "unscale"
-        if method_call(value, s, "step"):
-            return "step"
-        if method_call(value, s, "update"):
-            return "update"
+        for s in self.scaler_spellings:
+            if method_call(value, s, "unscale_"):
+                return "unscale"
+            if method_call(value, s, "step"):
+                return "step"
+            if method_call(value, s, "update"):
+                return "update"
         if self.facts.calls_any(value, CLIP_FUNCTIONS):
             return "clip"
         owner = self.rules.reference(value.func.value) if isinstance(value.func, cst.Attribute) else None
@@ -304,8 +306,13 @@ class StepBuilder:
         return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
     def _mentions(self, node: cst.CSTNode, name: str) -> bool:
-        if "." in name:  # an instance attribute (`self.scaler`)
-            return any(dotted(a) == name for a in self.facts.subtree(node, cst.Attribute))
+        if name == self.scaler and len(self.scaler_spellings) > 1:
+            return any(self._mentions_spelling(node, spelling) for spelling in self.scaler_spellings)
+        return self._mentions_spelling(node, name)
+
+    def _mentions_spelling(self, node: cst.CSTNode, name: str) -> bool:
+        if "." in name or "[" in name:  # an instance attribute (`self.scaler`), a state's field
+            return any(dotted(a) == name for a in self.facts.subtree(node, (cst.Attribute, cst.Subscript)))
         return name in names_in(node)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
@@ -350,11 +357,28 @@ class StepBuilder:
                     f"the model {model_outer!r} is trained with several optimizers through one step",
                 )
             self.builds.append((built, model_outer))
-            local_names.add(local)
+            local_names.add(self._through_state(optimizer, built, model_outer) or local)
         if len(local_names) != 1:
             raise Blocked(self.backward, "RPM107", "the step trains models it sees under different names")
         self.built, self.model_outer = self.builds[0]
         return local_names.pop()
+
+    def _through_state(self, optimizer: str, built: Binding, model: str) -> Optional[str]:
+        """The step's reference to the model when it reads the optimizer through a state
+        object (``state.optimizer`` -> ``state.model``, see :mod:`migrate.state_objects`)."""
+        states = self.rules.state_objects
+        found = states.lookup(optimizer, self.backward)
+        if found is None:
+            return None
+        build = found[0]
+        if self.facts.scope(build) is not built.scope or self.facts.order(build) < self.facts.order(built.statement):
+            raise Blocked(
+                build,
+                "RPM121",
+                f"the state object is built before (or away from) its optimizer {optimizer!r}: it would "
+                "hold the model unwrapped; left untouched",
+            )
+        return states.model_reference(optimizer, model, self.backward)
 
     def _model_built_with(self, built: Binding) -> Tuple[str, str]:
         """(the model's name where ``built`` builds the optimizer, its name in the step's
