@@ -8,7 +8,7 @@ assignment from the other spelling, count.
 
 from __future__ import annotations
 
-from typing import FrozenSet, List, Set
+from typing import FrozenSet, List, Set, Tuple
 
 import libcst as cst
 
@@ -25,10 +25,11 @@ def spellings(facts: ModuleFacts, reference: str, at: cst.CSTNode) -> FrozenSet[
     scope = facts.scope(at)
     if scope is None:
         return frozenset({reference})
-    pairs: List[tuple] = []  # (alias name, the spelling it is bound from)
+    pairs: List[Tuple[str, str]] = []  # (alias name, the spelling it is bound from)
     for assignment in scope.assignments:
-        target = assignment.node
-        node = facts.parent(facts.parent(target)) if isinstance(target, cst.Name) else None
+        target = getattr(assignment, "node", None)
+        statement = facts.parent(target) if isinstance(target, cst.Name) else None
+        node = facts.parent(statement) if statement is not None else None
         if len(scope.assignments[assignment.name]) != 1 or not isinstance(node, cst.Assign):
             continue
         if len(node.targets) == 1 and node.targets[0].target is target:

@@ -18,6 +18,7 @@ from libcst.metadata import Scope
 
 from .names import ModuleFacts
 from .plan import Blocked
+from .syntax import code
 
 __all__ = ["returned_targets", "returned_name"]
 
@@ -53,7 +54,7 @@ def _element(value: Optional[cst.BaseExpression], position: Position) -> Optiona
     return elements[position].value if position < len(elements) else None
 
 
-def _position_in_return(facts: ModuleFacts, access: cst.Name) -> Optional[Tuple[cst.Return, Position]]:
+def _position_in_return(facts: ModuleFacts, access: cst.BaseExpression) -> Optional[Tuple[cst.Return, Position]]:
     parent = facts.parent(access)
     if isinstance(parent, cst.Return):
         return parent, None
@@ -81,7 +82,7 @@ def _unpacked(call: cst.Call, facts: ModuleFacts) -> Optional[Tuple[cst.Assign, 
     return None
 
 
-def returned_targets(facts: ModuleFacts, access: cst.Name) -> Optional[List[Tuple[Scope, str, cst.Call]]]:
+def returned_targets(facts: ModuleFacts, access: cst.BaseExpression) -> Optional[List[Tuple[Scope, str, cst.Call]]]:
     """When ``access`` is returned by a function of this module, the (scope, name, first
     call) triples its call sites bind it to, each (scope, name) once; None when ``access`` is
     not a return value.
@@ -101,7 +102,7 @@ def returned_targets(facts: ModuleFacts, access: cst.Name) -> Optional[List[Tupl
         raise Blocked(
             access,
             "RPM105",
-            f"{access.value!r} is returned by {function.name.value}(), which nothing in this file "
+            f"{code(access)!r} is returned by {function.name.value}(), which nothing in this file "
             "calls: it leaves the file where the migration cannot follow it; migrate it by hand",
         )
     for call in sites:
@@ -120,7 +121,7 @@ def returned_targets(facts: ModuleFacts, access: cst.Name) -> Optional[List[Tupl
             raise Blocked(
                 call,
                 "RPM105",
-                f"{access.value!r} is returned by {function.name.value}(), but this call does not "
+                f"{code(access)!r} is returned by {function.name.value}(), but this call does not "
                 "bind it to a plain name (`a, b = f()`) the migration can follow; migrate it by hand",
             )
         if all(scope is not s or name != n for s, n, _ in targets):

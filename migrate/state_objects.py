@@ -17,15 +17,16 @@ receiving it passes a followed holder; it is read through literal field names on
 plain name. A field of it is never written after the construction. Anything else (handed to
 a function of another module or library, a key computed at run time, ``vars(state)``,
 ``state.update(...)``) may reach the objects where the migration cannot see: refused with
-RPM121, naming the statement.
+RPM125, naming the statement.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .names import ModuleFacts, argument_for
@@ -35,7 +36,7 @@ from .syntax import code, dotted, tests_presence
 
 __all__ = ["StateField", "StateObjects", "Build"]
 
-_CODE = "RPM121"
+_CODE = "RPM125"
 #: library classes whose keyword arguments become attributes of the instance
 _NAMESPACES = frozenset({"types.SimpleNamespace", "argparse.Namespace"})
 _DATACLASS = frozenset({"dataclasses.dataclass"})
@@ -71,6 +72,7 @@ class _Flow:
     holders: List[Tuple[Scope, str]] = field(default_factory=list)
     uses: List[cst.Name] = field(default_factory=list)
     parameters: List[Tuple[cst.FunctionDef, str]] = field(default_factory=list)
+    escapes: List[Blocked] = field(default_factory=list)  # uses it cannot be followed through
 
 
 class StateObjects:
@@ -80,6 +82,7 @@ class StateObjects:
         self.facts = facts
         self._flows: Dict[int, _Flow] = {}  # id(build) -> its flow
         self._holder_builds: Dict[Tuple[int, str], Build] = {}  # (id(scope), name) -> build
+        self._refused: Set[int] = set()  # id(build) of the objects refused (RPM125 said why)
 
     # ------------------------------------------------------------ constructions
     def field_given(self, value: cst.CSTNode) -> Optional[Tuple[Build, str]]:
@@ -136,22 +139,12 @@ class StateObjects:
         qualified = self.facts.qualified(call.func)
         if qualified & _NAMESPACES or qualified == {"builtins.dict"}:
             return []
-        if not isinstance(call.func, cst.Name):
+        cls = self._state_class(call)
+        if cls is None:
             return None
-        scope = self.facts.scope(call)
-        classes = [
-            a.node for a in (scope[call.func.value] if scope is not None else ()) if isinstance(a.node, cst.ClassDef)
-        ]
-        if len(classes) != 1:
-            return None
-        cls = classes[0]
-        dataclass_ = any(
-            self.facts.qualified(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) & _DATACLASS
-            for d in cls.decorators
-        )
-        named_tuple = any(self.facts.qualified(b.value) & _NAMED_TUPLE for b in cls.bases)
-        if not (dataclass_ or named_tuple) or (dataclass_ and cls.bases):
-            return None  # a base class may add fields or methods the module does not show
+        init = _plain_init(cls)
+        if init is not None:
+            return [p.name.value for p in init.params.params[1:]]
         return [
             s.body[0].target.value
             for s in cls.body.body
@@ -160,14 +153,65 @@ class StateObjects:
             and isinstance(s.body[0].target, cst.Name)
         ]
 
+    def _state_class(self, call: cst.Call) -> Optional[cst.ClassDef]:
+        """The class of this module ``call`` builds when it is a state class: a dataclass or
+        ``NamedTuple`` without bases of its own, or a plain class whose ``__init__`` only
+        stores its parameters under their names (``self.model = model``)."""
+        if not isinstance(call.func, cst.Name):
+            return None
+        scope = self.facts.scope(call)
+        classes = [
+            node
+            for node in (getattr(a, "node", None) for a in (scope[call.func.value] if scope is not None else ()))
+            if isinstance(node, cst.ClassDef)
+        ]
+        if len(classes) != 1:
+            return None
+        cls = classes[0]
+        dataclass_ = any(
+            self.facts.qualified(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) & _DATACLASS
+            for d in cls.decorators
+        )
+        bases = [b for b in cls.bases if not m.matches(b.value, m.Name("object"))]
+        named_tuple = len(bases) == 1 and bool(self.facts.qualified(bases[0].value) & _NAMED_TUPLE)
+        if (dataclass_ and not bases) or named_tuple:
+            return cls
+        return cls if not bases and not cls.decorators and _plain_init(cls) is not None else None
+
+    def _methods(self, build: Build) -> List[cst.FunctionDef]:
+        """The methods of the state class ``build`` builds, but a plain class's storing
+        ``__init__``: they may use the fields where the migration does not follow them."""
+        cls = self._state_class(build) if isinstance(build, cst.Call) else None
+        if cls is None:
+            return []
+        init = _plain_init(cls)
+        return [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s is not init]
+
     # ----------------------------------------------------------------- fields
     def field(self, build: Build, name: str) -> StateField:
         """The field ``name`` of the objects ``build`` makes, with every read, else
-        :class:`Blocked` (RPM121) naming the use the migration cannot follow."""
+        :class:`Blocked` (RPM125) naming the use the migration cannot follow."""
         fields = self.fields(build)
         if fields is None or name not in fields:
             raise Blocked(build, _CODE, f"{name!r} is not a field of `{code(build)[:60]}`")
+        try:
+            return StateField(build, name, fields[name], self._reads(build, name))
+        except Blocked:
+            self._refused.add(id(build))
+            raise
+
+    def _reads(self, build: Build, name: str) -> List[cst.BaseExpression]:
         flow = self._flow(build)
+        if flow.escapes:
+            raise flow.escapes[0]
+        methods = self._methods(build)
+        if methods:
+            raise Blocked(
+                methods[0],
+                _CODE,
+                f"the state class defines {methods[0].name.value}(), which may use its {name!r} where the "
+                "migration does not follow it; left untouched",
+            )
         reads: List[cst.BaseExpression] = []
         for use in flow.uses:
             read = self._read_of(use, build)
@@ -181,7 +225,7 @@ class StateObjects:
                     "object, so what the state holds there cannot be followed; left untouched",
                 )
             reads.append(read[0])
-        return StateField(build, name, fields[name], sorted(reads, key=self.facts.order))
+        return sorted(reads, key=self.facts.order)
 
     def lookup(self, reference: str, at: cst.CSTNode) -> Optional[Tuple[Build, str, str]]:
         """(the construction, the field, the holder's name) that ``reference`` (``"state.optimizer"``,
@@ -192,18 +236,27 @@ class StateObjects:
         except cst.ParserSyntaxError:
             return None
         found = _field_read(node)
-        scope = self.facts.scope(at)
-        if found is None or scope is None:
+        if found is None:
             return None
         holder, name = found
-        owner = scope
-        while owner is not None and holder.value not in owner.assignments and owner.parent is not owner:
-            owner = owner.parent
-        build = self._holder_builds.get((id(owner), holder.value))
+        build = self._held(holder.value, at)
         fields = self.fields(build) if build is not None else None
         if build is None or fields is None or name not in fields:
             return None
         return build, name, holder.value
+
+    def _held(self, holder: str, at: cst.CSTNode) -> Optional[Build]:
+        """The construction whose object the name ``holder`` holds at ``at``, if followed."""
+        scope = self.facts.scope(at)
+        while scope is not None and holder not in scope.assignments and scope.parent is not scope:
+            scope = scope.parent
+        return self._holder_builds.get((id(scope), holder)) if scope is not None else None
+
+    def refused(self, node: cst.CSTNode) -> bool:
+        """``node`` reads a field of a state object already refused (RPM125 said why)."""
+        found = _field_read(node)
+        build = self._held(found[0].value, node) if found is not None else None
+        return build is not None and id(build) in self._refused
 
     def reference(self, node: Optional[cst.CSTNode]) -> Optional[str]:
         """``"state.optimizer"`` for a read of a field of a followed state object."""
@@ -237,7 +290,7 @@ class StateObjects:
         the reference of the one field holding that name (``"state.model"``); None when the
         optimizer is not read through a state object.
 
-        Raises :class:`Blocked` (RPM121) when no field, or several, hold the model."""
+        Raises :class:`Blocked` (RPM125) when no field, or several, hold the model."""
         found = self.lookup(optimizer, at)
         if found is None:
             return None
@@ -258,8 +311,11 @@ class StateObjects:
         found = self._flows.get(id(build))
         if found is None:
             found = self._flows[id(build)] = _Flow()
-            self._follow_value(build, build, found, 0)
-            self._check_callers(build, found)
+            try:
+                self._follow_value(build, build, found, 0)
+                self._check_callers(build, found)
+            except Blocked as blocked:
+                found.escapes.append(blocked)
         return found
 
     def _follow_value(self, value: cst.BaseExpression, build: Build, flow: _Flow, depth: int) -> None:
@@ -268,15 +324,15 @@ class StateObjects:
         if depth > 6:
             raise self._escape(value, "goes through too many functions")
         if isinstance(parent, cst.Assign) and parent.value is value:
-            targets = [t.target for t in parent.targets]
-            if not all(isinstance(t, cst.Name) for t in targets):
+            names = [t.target for t in parent.targets if isinstance(t.target, cst.Name)]
+            if len(names) != len(parent.targets):
                 raise self._escape(value, "is stored in an attribute or container")
-            for target in targets:
-                self._hold(self.facts.scope(parent), target.value, build, flow, depth)  # type: ignore[union-attr, arg-type]
+            for target in names:
+                self._hold(self.facts.scope(parent), target.value, build, flow, depth)
             return
         if isinstance(parent, cst.Arg) and parent.value is value and not parent.star:
             call = self.facts.parent(parent)
-            function = self.facts.local_function(call)
+            function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
             if function is None or not isinstance(call, cst.Call):
                 raise self._escape(
                     value,
@@ -290,12 +346,12 @@ class StateObjects:
             return
         if isinstance(parent, (cst.Return, cst.Element)):
             try:
-                targets = returned_targets(self.facts, value)
+                returned = returned_targets(self.facts, value)
             except Blocked as blocked:
                 raise Blocked(blocked.node, _CODE, blocked.message)
-            if targets is None:
+            if returned is None:
                 raise self._escape(value, "is put in a container")
-            for scope, name, _ in targets:
+            for scope, name, _ in returned:
                 self._hold(scope, name, build, flow, depth + 1)
             return
         if isinstance(parent, cst.Expr):
@@ -320,7 +376,10 @@ class StateObjects:
         self._holder_builds[(id(scope), name)] = build
         for use in self.facts.accesses(name, scope):
             flow.uses.append(use)
-            self._follow_use(use, build, flow, depth)
+            try:  # every use is looked at, so that every holder is known (see `refused`)
+                self._follow_use(use, build, flow, depth)
+            except Blocked as blocked:
+                flow.escapes.append(blocked)
 
     def _follow_use(self, use: cst.Name, build: Build, flow: _Flow, depth: int) -> None:
         parent = self.facts.parent(use)
@@ -345,7 +404,12 @@ class StateObjects:
                 key = _literal_subscript(parent)
                 return (parent, key) if key is not None else None
             call = self.facts.parent(parent) if isinstance(parent, cst.Attribute) else None
-            if isinstance(call, cst.Call) and call.func is parent and parent.attr.value == "get":  # type: ignore[union-attr]
+            if (
+                isinstance(call, cst.Call)
+                and isinstance(parent, cst.Attribute)
+                and call.func is parent
+                and parent.attr.value == "get"
+            ):
                 key = _literal(call.args[0].value) if len(call.args) == 1 else None
                 return (call, key) if key is not None else None
             return None
@@ -380,6 +444,42 @@ class StateObjects:
             f"`{statement}`: the state object holding the training objects {how}, where the migration "
             "cannot see what is done with them; left untouched",
         )
+
+
+def _plain_init(cls: cst.ClassDef) -> Optional[cst.FunctionDef]:
+    """The ``__init__`` of a class whose body holds nothing else (but a docstring, ``pass``
+    and annotations) and which only stores each parameter under its own name."""
+    init: Optional[cst.FunctionDef] = None
+    for statement in cls.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__" and init is None:
+            init = statement
+        elif not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and all(isinstance(s, (cst.Expr, cst.Pass, cst.AnnAssign)) for s in statement.body)
+        ):
+            return None
+    if init is None or init.decorators or isinstance(init.params.star_arg, (cst.Param, cst.ParamStar)):
+        return None
+    if init.params.kwonly_params or init.params.star_kwarg:
+        return None
+    params = [p.name.value for p in init.params.params]
+    if not params or init.params.posonly_params:
+        return None
+    stored = set()
+    for statement in init.body.body:
+        small = (
+            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        )
+        target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+        if not (
+            isinstance(target, cst.Attribute)
+            and m.matches(target.value, m.Name(params[0]))
+            and m.matches(small.value, m.Name(target.attr.value))  # type: ignore[union-attr]
+            and target.attr.value in params[1:]
+        ):
+            return None
+        stored.add(target.attr.value)
+    return init if stored == set(params[1:]) else None
 
 
 def _literal(node: Optional[cst.BaseExpression]) -> Optional[str]:

@@ -374,7 +374,7 @@ class StepBuilder:
         if self.facts.scope(build) is not built.scope or self.facts.order(build) < self.facts.order(built.statement):
             raise Blocked(
                 build,
-                "RPM121",
+                "RPM125",
                 f"the state object is built before (or away from) its optimizer {optimizer!r}: it would "
                 "hold the model unwrapped; left untouched",
             )

@@ -123,6 +123,8 @@ class TorchAmpRules:
             if self.facts.statement_of(call) in self.plan.backward_statements:
                 continue
             owner = call.func.value.func.value if self._scaled_on_an_object(call) else None  # type: ignore[attr-defined]
+            if owner is not None and self.state_objects.refused(owner):
+                continue  # a state object's scaler: RPM125 names the blocker
             if owner is not None and not self._attribute_scaler_handled(owner):
                 where = (
                     "an attribute that no class of this file binds to a GradScaler (a mixin's?)"
