@@ -143,9 +143,10 @@ class ModelUses:
             return
         for access in self.rules._accesses(name, scope):
             parent = self.facts.parent(access)
-            if self.rules._runs_after(access, scope, after - 1) or not (
-                isinstance(parent, cst.Assign) and parent.value is access
-            ):
+            if self.rules._runs_after(access, scope, after - 1):
+                continue
+            self._check_state_before(access, name)
+            if not (isinstance(parent, cst.Assign) and parent.value is access):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
                 if any(s is alias_scope and n == alias for s, n, _ in self.rules.plan.wrapped_models):
@@ -159,6 +160,23 @@ class ModelUses:
                         f"RoundPipe wrap and used after it; it still names the unwrapped "
                         f"module (bind it after the wrap, to {name}.model); left untouched",
                     )
+
+    def _check_state_before(self, access: cst.BaseExpression, name: str) -> None:
+        """``state = {"model": model}`` before the RoundPipe wrap: the state keeps the
+        unwrapped module, so a read of it after the wrap trains or saves something RoundPipe
+        does not manage (RPM125)."""
+        given = self.rules.state_objects.field_given(access)
+        if given is None:
+            return
+        reads = self.rules.state_objects.field(*given).reads
+        if reads:
+            raise Blocked(
+                reads[0],
+                "RPM125",
+                f"`{code(self.facts.statement_of(reads[0])).strip()}` reads the model the state object got before "
+                f"the RoundPipe wrap of {name!r} (line {self.facts.line(access)}): it is still the unwrapped "
+                "module; build the state after the optimizer, or migrate by hand",
+            )
 
     def _check_other_backwards(self) -> None:
         """A backward outside the recognised steps trains the wrapped model another way."""
