@@ -3,7 +3,7 @@ synchronized into the model before evaluation or saving."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -49,7 +49,7 @@ class ModelUses:
                 "before a main-thread write of optimizer state (it would race with the asynchronous step)",
             )
         seen: Set[Tuple[int, str]] = set()
-        queue = list(self.rules.plan.wrapped_models)
+        queue: List[Tuple[Union[Scope, StateField], str, int]] = list(self.rules.plan.wrapped_models)
         while queue:
             scope, name, after = queue.pop()
             if (id(scope), name) in seen:
@@ -82,7 +82,8 @@ class ModelUses:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
                 else:  # `return model, optimizer` of a setup function: its callers' names
                     queue.extend(self._returned_to(access))
-            self._check_aliases_before(scope, name, after)
+            if not isinstance(scope, StateField):  # a state's field has no name to alias before the wrap
+                self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
         self._check_steps_reach_one_model()
 
@@ -127,13 +128,14 @@ class ModelUses:
                 "training it; left untouched",
             )
 
-    def _aliases(self, assign: cst.Assign, scope: Scope) -> List[Tuple[Scope, str, int]]:
+    def _aliases(self, assign: cst.Assign, scope: object) -> List[Tuple[Scope, str, int]]:
         """The names ``assign`` binds to the model; an instance attribute's alias is a name of
         the method that binds it."""
-        if not isinstance(scope, Scope):
-            scope = self.facts.scope(assign)
+        here = scope if isinstance(scope, Scope) else self.facts.scope(assign)
+        if here is None:
+            return []
         return [
-            (scope, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
+            (here, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
         ]
 
     def _check_aliases_before(self, scope: Scope, name: str, after: int) -> None:

@@ -253,7 +253,14 @@ class StateObjects:
         return self._holder_builds.get((id(scope), holder)) if scope is not None else None
 
     def refused(self, node: cst.CSTNode) -> bool:
-        """``node`` reads a field of a state object already refused (RPM125 said why)."""
+        """``node`` reads a field of a state object already refused (RPM125 said why),
+        directly or through a name bound once from such a read (``scaler = state["scaler"]``)."""
+        scope = self.facts.scope(node) if isinstance(node, cst.Name) else None
+        bindings = self.facts.assignments(node.value, scope) if scope is not None and isinstance(node, cst.Name) else []
+        target = self.facts.parent(bindings[0]) if len(bindings) == 1 else None
+        bound = self.facts.parent(target) if target is not None else None
+        if isinstance(bound, cst.Assign) and len(bound.targets) == 1:
+            node = bound.value
         found = _field_read(node)
         build = self._held(found[0].value, node) if found is not None else None
         return build is not None and id(build) in self._refused

@@ -371,7 +371,12 @@ class StepBuilder:
         if found is None:
             return None
         build = found[0]
-        if self.facts.scope(build) is not built.scope or self.facts.order(build) < self.facts.order(built.statement):
+        statement = built.statement
+        if (
+            statement is None
+            or self.facts.scope(build) is not built.scope
+            or self.facts.order(build) < self.facts.order(statement)
+        ):
             raise Blocked(
                 build,
                 "RPM125",
@@ -571,6 +576,7 @@ class StepBuilder:
         outside_names = self._names_outside(moved_statements)
         assigned = {n for s in moved_statements for n in written_and_read(s)[0]}
         self._check_kept(statements, moved, assigned, {loss_name, output_name})
+        self._check_scaler_bound_before(statements)
         leaking = (assigned - {loss_name, output_name}) & outside_names
         if leaking:
             raise Blocked(
@@ -638,6 +644,20 @@ class StepBuilder:
                     f"backward uses {', '.join(sorted(touched))}, which the loss "
                     "computation also uses; it cannot stay before or move into the "
                     "loss function without changing what it sees; not migrated",
+                )
+
+    def _check_scaler_bound_before(self, statements: List[cst.BaseStatement]) -> None:
+        """The loss function returns ``scaler.scale(loss)``: a statement of the forward
+        region binding the scaler's name (``scaler = state["scaler"]`` after the forward)
+        would run after the loss function reads it."""
+        root = self.scaler.partition(".")[0].partition("[")[0]
+        for statement in statements:
+            if root in written_and_read(statement)[0]:
+                raise Blocked(
+                    statement,
+                    "RPM113",
+                    f"this statement between the forward and the backward binds {root!r}, which scales the loss; "
+                    "the loss function would read it before it is bound; not migrated",
                 )
 
     def _check_locals(self, moved: List[cst.BaseStatement], parameters: Set[str]) -> None:

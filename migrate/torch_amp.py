@@ -147,6 +147,8 @@ class TorchAmpRules:
             if statement in self.plan.backward_statements or statement in already:
                 continue
             owner = call.func.value.func.value
+            if self.state_objects.refused(owner):
+                continue  # an alias of a state object's scaler: RPM125 names the blocker
             scope = self.facts.scope(owner)
             assignments = list(scope[owner.value]) if scope is not None else []
             built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
@@ -390,10 +392,10 @@ class TorchAmpRules:
                     self._follow_scaler(target, target_scope, depth + 1)
             elif isinstance(parent, cst.Assign) and parent.value is access:
                 self._refuse_injected(parent, access)
-                for target in parent.targets:  # `amp_scaler = state["scaler"]`: the same scaler
+                for bound in parent.targets:  # `amp_scaler = state["scaler"]`: the same scaler
                     scope_here = self.facts.scope(parent)
-                    if isinstance(target.target, cst.Name) and scope_here is not None:
-                        self._follow_scaler(target.target.value, scope_here, depth + 1)
+                    if isinstance(bound.target, cst.Name) and scope_here is not None:
+                        self._follow_scaler(bound.target.value, scope_here, depth + 1)
             else:
                 raise Blocked(
                     access,

@@ -81,8 +81,7 @@ _SAVED_WHOLE = _DICT.replace(
 
 _KEY_AT_RUN_TIME = _DATACLASS.replace(
     "    for x, y in batches:\n        train_step(state, x, y)\n",
-    "    for x, y in batches:\n        train_step(state, x, y)\n"
-    '        print(getattr(state, "scaler").get_scale())\n',
+    '    for x, y in batches:\n        train_step(state, x, y)\n        print(getattr(state, "scaler").get_scale())\n',
 )
 
 _NEAR_MISS = """import torch
@@ -143,7 +142,7 @@ RULE = Rule(
         Example(
             _DICT,
             expect=(
-                '    model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig('
+                "    model = roundpipe.RoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig("
                 "num_microbatch=NUM_MICROBATCH))\n    return {\n",
                 '"optim": torch.optim.SGD(model.optim_parameters(), lr=0.1),',
                 '        state["scaler"].scale(loss).backward()\n\n        def _step_fn():\n'
