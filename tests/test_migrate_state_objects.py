@@ -156,7 +156,50 @@ if __name__ == "__main__":
     main()
 """
 
-PROGRAMS = {"named_tuple": NAMED_TUPLE, "plain_class": PLAIN_CLASS, "dict_state": DICT_STATE}
+FIELDS_PASSED = """
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass
+class Run:
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+
+
+def train_step(net, opt, amp_scaler, x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = net(x).float().pow(2).mean()
+    amp_scaler.scale(loss).backward()
+    amp_scaler.step(opt)
+    amp_scaler.update()
+    opt.zero_grad()
+    return loss
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = Run(model, optimizer, torch.amp.GradScaler("cpu"))
+    for i in range(6):
+        loss = train_step(run.model, run.optimizer, run.scaler, torch.randn(8, 4))
+        print(f"step {i} loss {loss.item()!r}")
+    print(f"final scale {run.scaler.get_scale()!r}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+PROGRAMS = {
+    "named_tuple": NAMED_TUPLE,
+    "plain_class": PLAIN_CLASS,
+    "dict_state": DICT_STATE,
+    "fields_passed": FIELDS_PASSED,
+}
 
 
 def _run(source: str, tmp_path, name: str) -> str:
@@ -193,6 +236,13 @@ def test_each_step_takes_the_form_its_code_allows():
     autograd = _migrated(PLAIN_CLASS, exact=False)  # a NaN check between the forward and the backward
     assert "            pred = bundle.model(x).float()\n" in autograd
     assert "        bundle.model.step(_step_fn)\n        bundle.scaler.update()\n" in autograd
+
+
+def test_fields_handed_to_a_step_function_under_other_names_are_followed():
+    migrated = _migrated(FIELDS_PASSED, exact=False)
+    assert "        net.forward_backward(input_args=(x,), loss_fn=_loss_fn)" in migrated
+    assert "    net.step(_step_fn)\n    amp_scaler.update()\n" in migrated
+    assert "    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)\n" in migrated
 
 
 def test_objects_are_wrapped_where_they_are_built_before_the_state():
