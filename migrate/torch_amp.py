@@ -41,7 +41,7 @@ from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .state_objects import StateField, StateObjects
 from .steps import StepBuilder
-from .syntax import calls_method, code, dotted, only_expression, tests_presence
+from .syntax import calls_method, code, dotted, method_call, only_expression, tests_presence
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -160,9 +160,25 @@ class TorchAmpRules:
                     "RPM104",
                     f"`{owner.value}.scale(...).backward()` uses a scaler the "
                     "migration cannot follow back to a torch GradScaler in this file "
-                    "(e.g. a function nobody here calls); migrate it by hand",
+                    f"({self._why_not_followed(call, owner.value)}); migrate it by hand",
                 )
             )
+
+    def _why_not_followed(self, backward: cst.Call, scaler: str) -> str:
+        """Why the scaler of ``backward`` was not followed, as precisely as the file says:
+        its function is not called here (a helper of another module's loop), and when that
+        function has no ``scaler.step(...)`` either, the step is in another function."""
+        function = self.facts.enclosing(backward, (cst.FunctionDef,))
+        if not isinstance(function, cst.FunctionDef) or self.facts.call_sites(function):
+            return "e.g. a function nobody here calls"
+        steps = [c for c in self.facts.subtree(function, cst.Call) if method_call(c, scaler, "step")]
+        split = (
+            ""
+            if steps
+            else "; its optimizer step is not in it either: a backward and its step in different "
+            "functions are not migrated"
+        )
+        return f"{function.name.value}() is not called in this file, its {scaler!r} comes from elsewhere{split}"
 
     def _attribute_scaler_handled(self, owner: cst.BaseExpression) -> bool:
         """``self.x`` of ``self.x.scale(loss).backward()`` holds a torch GradScaler whose

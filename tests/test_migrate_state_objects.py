@@ -338,3 +338,26 @@ def main(batches):
         optimizer.zero_grad()
 """
     _refused(source, _line_of(source, 'loss = state["model"](x)'), "unwrapped module")
+
+
+def test_a_backward_helper_of_another_modules_loop_names_the_split_step():
+    """scaler_through_helpers: the backward and the step are two helpers that another module
+    calls; the refusal says so instead of guessing."""
+    source = """
+import torch
+
+
+def backward_step(loss, grad_scaler):
+    grad_scaler.scale(loss).backward()
+
+
+def optimizer_step(optimizer, grad_scaler):
+    grad_scaler.step(optimizer)
+    grad_scaler.update()
+"""
+    result = migrate_source(source, "steps.py", exact=True)
+    assert result.migrated == source
+    assert [(d.code, d.line) for d in result.diagnostics] == [("RPM104", 6)]
+    message = result.diagnostics[0].message
+    assert "backward_step() is not called in this file" in message
+    assert "a backward and its step in different functions are not migrated" in message
