@@ -22,6 +22,7 @@ RPM125, naming the statement.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
@@ -311,7 +312,31 @@ class StateObjects:
                 f"the state object holds the optimizer {optimizer!r} but not its model {model!r} in one field, "
                 "so the step cannot reach the wrapped model; left untouched",
             )
-        return f'{holder}["{names[0]}"]' if isinstance(build, cst.Dict) else f"{holder}.{names[0]}"
+        return f"{holder}[{json.dumps(names[0])}]" if isinstance(build, cst.Dict) else f"{holder}.{names[0]}"
+
+    def places(self, optimizer: str, model: str, at: cst.CSTNode) -> List[Tuple[cst.CSTNode, str, str]]:
+        """Where code may write the state of the optimizer that ``at`` reads as ``optimizer``
+        (``'state["optim"]'``) while a step of ``model`` runs: (root, how the root reads the
+        optimizer, how it reads the model) for every function or module holding that state
+        object; empty when the optimizer is not read through one."""
+        found = self.lookup(optimizer, at)
+        reads_model = self.lookup(model, at)
+        if found is None or reads_model is None or reads_model[0] is not found[0]:
+            return []
+        build, field_name, _ = found
+        flow = self._flow(build)
+
+        def spelled(holder: str, name: str) -> str:
+            return f"{holder}[{json.dumps(name)}]" if isinstance(build, cst.Dict) else f"{holder}.{name}"
+
+        return [
+            (
+                self.facts.function_of(scope) or self.facts.module,
+                spelled(name, field_name),
+                spelled(name, reads_model[1]),
+            )
+            for scope, name in flow.holders
+        ]
 
     # ------------------------------------------------------------------ flow
     def _flow(self, build: Build) -> _Flow:

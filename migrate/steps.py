@@ -151,6 +151,7 @@ class StepBuilder:
             (function or self.facts.module, optimizer, model, [self.backward])
         ]
         builds: List[Tuple[Binding, str]] = getattr(self, "builds", [])
+        states = self.rules.state_objects
         for built, model_outer in builds:
             if isinstance(built.scope, InstanceFamily):
                 places = instance_places(built.scope, function, self.backward, optimizer, model)
@@ -162,6 +163,8 @@ class StepBuilder:
             ) or self.facts.module
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, model_outer, calls))
+        # a state object's optimizer: every function holding the state may write it anytime
+        places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, self.backward)]
         for root, name, model_name, anchors in places:
 
             def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:

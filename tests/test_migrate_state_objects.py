@@ -361,3 +361,19 @@ def optimizer_step(optimizer, grad_scaler):
     message = result.diagnostics[0].message
     assert "backward_step() is not called in this file" in message
     assert "a backward and its step in different functions are not migrated" in message
+
+
+def test_asynchronously_optimizer_writes_through_the_state_wait_for_the_running_step():
+    source = DICT_STATE.replace(
+        "def checkpoint(state):",
+        'def set_lr(state, lr):\n    for group in state["optimizer"].param_groups:\n        group["lr"] = lr\n\n\n'
+        "def checkpoint(state):",
+    ).replace(
+        "        x = torch.randn(12, 3, generator=gen)\n",
+        "        x = torch.randn(12, 3, generator=gen)\n        set_lr(state, 0.01)\n",
+    )
+    lagged = _migrated(source, exact=False)
+    assert '    state["model"].synchronize()\n    for group in state["optimizer"].param_groups:' in lagged
+    assert (
+        '    state["model"].synchronize()' not in _migrated(source, exact=True).split("def set_lr")[1].split("def ")[0]
+    )
