@@ -62,11 +62,11 @@ _CODES: Tuple[Code, ...] = (
         "scaler-not-followed",
         "GradScaler used where its training step cannot be followed",
         "a scaler used in a function nobody in the file calls, through a container or an attribute "
-        "of an object that is not `self` (`state.scaler.scale(loss)`), or with methods outside a "
-        "recognised step",
+        "of an object that is neither `self` nor a state object the migration follows "
+        "(`scalers[i].scale(loss)`), or with methods outside a recognised step",
         "the step it drives cannot be rewritten with certainty",
-        "`state.scaler.scale(loss).backward()`",
-        "keep the scaler in a plain variable or an attribute of the trainer class, or migrate by hand",
+        "`scalers[i].scale(loss).backward()`",
+        "keep the scaler in a plain variable, an attribute of the trainer class or a state object, or migrate by hand",
     ),
     Code(
         "RPM105",
@@ -181,6 +181,18 @@ _CODES: Tuple[Code, ...] = (
         "the object the attribute holds at the step is not certain",
         "`self.scaler = GradScaler()` in `__init__` and `self.scaler = None` in `close()`",
         "bind the attribute once in `__init__` and use it only in the class, or migrate by hand",
+    ),
+    Code(
+        "RPM125",
+        "state-object-not-followed",
+        "a state object holding the training objects cannot be followed",
+        "the scaler, model or optimizer is held in a dataclass, NamedTuple, namespace or dict state "
+        "object that is handed to a function of another module or library, read with a key "
+        "computed at run time, held by a name bound more than once, has a field replaced after "
+        "it is built, or is built before the optimizer it holds",
+        "what the state holds at the step, or where its objects go, is not certain",
+        '`torch.save(state, path)` with `state = {"model": model, "scaler": scaler}`',
+        "pass the state only to functions of the file and read it with literal field names, or migrate by hand",
     ),
     Code(
         "RPM130",

@@ -13,8 +13,9 @@ from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
 from .state_helpers import state_only_parameter
+from .state_objects import StateField
 from .synchronize import Synchronizations
-from .syntax import code
+from .syntax import code, dotted
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -55,7 +56,9 @@ class ModelUses:
         seen: Set[Tuple[int, str]] = set()
         # A name wrapped twice in one scope (a model rebuilt and wrapped again) is followed
         # from its first wrap: popped first, it covers the uses between the two wraps too.
-        queue = sorted(self.rules.plan.wrapped_models, key=lambda wrapped: wrapped[2], reverse=True)
+        queue: List[Tuple[object, str, int]] = sorted(
+            self.rules.plan.wrapped_models, key=lambda wrapped: wrapped[2], reverse=True
+        )
         while queue:
             scope, name, after = queue.pop()
             if (id(scope), name) in seen:
@@ -63,6 +66,12 @@ class ModelUses:
             seen.add((id(scope), name))
             for access in self.rules._accesses(name, scope):
                 if not self.rules._runs_after(access, scope, after) or self._in_stopped_guard(access):
+                    continue
+                if isinstance(scope, StateField):  # read as `state.model`: that is its name here
+                    name = dotted(access) or code(access)
+                given = self.rules.state_objects.field_given(access)
+                if given is not None:  # put in a state object: its reads are the model's
+                    queue.append((self.rules.state_objects.field(*given), given[1], 0))
                     continue
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
@@ -80,7 +89,8 @@ class ModelUses:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
                 else:  # `return model, optimizer` of a setup function: its callers' names
                     queue.extend(self._returned_to(access))
-            self._check_aliases_before(scope, name, after)
+            if not isinstance(scope, StateField):  # a state's field has no name to alias before the wrap
+                self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
         self._check_steps_reach_one_model()
 
@@ -132,13 +142,14 @@ class ModelUses:
                 "training it; left untouched",
             )
 
-    def _aliases(self, assign: cst.Assign, scope: object) -> List[Tuple[Optional[Scope], str, int]]:
+    def _aliases(self, assign: cst.Assign, scope: object) -> List[Tuple[Scope, str, int]]:
         """The names ``assign`` binds to the model; an instance attribute's alias is a name of
         the method that binds it."""
-        if not isinstance(scope, Scope):
-            scope = self.facts.scope(assign)
+        here = scope if isinstance(scope, Scope) else self.facts.scope(assign)
+        if here is None:
+            return []
         return [
-            (scope, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
+            (here, t.target.value, self.facts.order(assign)) for t in assign.targets if isinstance(t.target, cst.Name)
         ]
 
     def _check_aliases_before(self, scope: object, name: str, after: int) -> None:
@@ -148,9 +159,10 @@ class ModelUses:
             return
         for access in self.rules._accesses(name, scope):
             parent = self.facts.parent(access)
-            if self.rules._runs_after(access, scope, after - 1) or not (
-                isinstance(parent, cst.Assign) and parent.value is access
-            ):
+            if self.rules._runs_after(access, scope, after - 1):
+                continue
+            self._check_state_before(access, name)
+            if not (isinstance(parent, cst.Assign) and parent.value is access):
                 continue
             for alias_scope, alias, _ in self._aliases(parent, scope):
                 if any(s is alias_scope and n == alias for s, n, _ in self.rules.plan.wrapped_models):
@@ -165,6 +177,23 @@ class ModelUses:
                         f"RoundPipe wrap and used after it; it still names the unwrapped "
                         f"module (bind it after the wrap, to {name}.model); left untouched",
                     )
+
+    def _check_state_before(self, access: cst.BaseExpression, name: str) -> None:
+        """``state = {"model": model}`` before the RoundPipe wrap: the state keeps the
+        unwrapped module, so a read of it after the wrap trains or saves something RoundPipe
+        does not manage (RPM125)."""
+        given = self.rules.state_objects.field_given(access)
+        if given is None:
+            return
+        reads = self.rules.state_objects.field(*given).reads
+        if reads:
+            raise Blocked(
+                reads[0],
+                "RPM125",
+                f"`{code(self.facts.statement_of(reads[0])).strip()}` reads the model the state object got before "
+                f"the RoundPipe wrap of {name!r} (line {self.facts.line(access)}): it is still the unwrapped "
+                "module; build the state after the optimizer, or migrate by hand",
+            )
 
     def _check_other_backwards(self) -> None:
         """A backward outside the recognised steps trains the wrapped model another way."""

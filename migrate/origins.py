@@ -53,8 +53,11 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     found: List[Binding] = []
     for site in sites:
         value = argument_for(site, function, name)
+        held = rules.state_objects.reference(value)  # `train(state.model, state.optimizer)`
         if isinstance(value, cst.Name):
             reached = origins(rules, value.value, site, depth + 1)
+        elif held is not None:
+            reached = [rules._binding(held, site)]
         elif isinstance(value, cst.Call) and isinstance(facts.statement_of(site), cst.SimpleStatementLine):
             reached = [Binding(facts.scope(site), INLINE, facts.statement_of(site), value)]
         else:

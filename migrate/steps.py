@@ -16,6 +16,7 @@ import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
 from . import joint_steps, multi_step, optimizer_wrappers, step_decisions
+from .aliases import spellings
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
@@ -74,6 +75,7 @@ class StepBuilder:
         self.rules = rules
         self.facts = rules.facts
         self.scaler = scaler
+        self.scaler_spellings = spellings(rules.facts, scaler, backward)  # `amp_scaler = state["scaler"]`
         self.anchor = scaler  # the name whose next use after the backward starts the step
         self.backward = backward
         self.loss = loss
@@ -155,6 +157,7 @@ class StepBuilder:
             (function or self.facts.module, optimizer, model, [self.backward])
         ]
         builds: List[Tuple[Binding, str]] = getattr(self, "builds", [])
+        states = self.rules.state_objects
         for built, model_outer in builds:
             if isinstance(built.scope, InstanceFamily):
                 places = instance_places(built.scope, function, self.backward, optimizer, model)
@@ -166,6 +169,8 @@ class StepBuilder:
             ) or self.facts.module
             calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
             places.append((root, built.name, model_outer, calls))
+        # a state object's optimizer: every function holding the state may write it anytime
+        places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, self.backward)]
         for root, name, model_name, anchors in places:
 
             def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
@@ -199,13 +204,13 @@ class StepBuilder:
         value = only_expression(statement)
         if not isinstance(value, cst.Call):
             return None
-        s = self.scaler
-        if method_call(value, s, "unscale_"):
-            return "unscale"
-        if method_call(value, s, "step"):
-            return "step"
-        if method_call(value, s, "update"):
-            return "update"
+        for s in self.scaler_spellings:
+            if method_call(value, s, "unscale_"):
+                return "unscale"
+            if method_call(value, s, "step"):
+                return "step"
+            if method_call(value, s, "update"):
+                return "update"
         if self.facts.calls_any(value, CLIP_FUNCTIONS):
             return "clip"
         owner = self.rules.reference(value.func.value) if isinstance(value.func, cst.Attribute) else None
@@ -308,8 +313,13 @@ class StepBuilder:
         return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
     def _mentions(self, node: cst.CSTNode, name: str) -> bool:
-        if "." in name:  # an instance attribute (`self.scaler`)
-            return any(dotted(a) == name for a in self.facts.subtree(node, cst.Attribute))
+        if name == self.scaler and len(self.scaler_spellings) > 1:
+            return any(self._mentions_spelling(node, spelling) for spelling in self.scaler_spellings)
+        return self._mentions_spelling(node, name)
+
+    def _mentions_spelling(self, node: cst.CSTNode, name: str) -> bool:
+        if "." in name or "[" in name:  # an instance attribute (`self.scaler`), a state's field
+            return any(dotted(a) == name for a in self.facts.subtree(node, (cst.Attribute, cst.Subscript)))
         return name in names_in(node)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
@@ -359,11 +369,33 @@ class StepBuilder:
                     f"the model {model_outer!r} is trained with several optimizers through one step",
                 )
             self.builds.append((built, model_outer))
-            local_names.add(local)
+            local_names.add(self._through_state(optimizer, built, model_outer) or local)
         if len(local_names) != 1:
             raise Blocked(self.backward, "RPM107", "the step trains models it sees under different names")
         self.built, self.model_outer = self.builds[0]
         return local_names.pop()
+
+    def _through_state(self, optimizer: str, built: Binding, model: str) -> Optional[str]:
+        """The step's reference to the model when it reads the optimizer through a state
+        object (``state.optimizer`` -> ``state.model``, see :mod:`migrate.state_objects`)."""
+        states = self.rules.state_objects
+        found = states.lookup(optimizer, self.backward)
+        if found is None:
+            return None
+        build = found[0]
+        statement = built.statement
+        if (
+            statement is None
+            or self.facts.scope(build) is not built.scope
+            or self.facts.order(build) < self.facts.order(statement)
+        ):
+            raise Blocked(
+                build,
+                "RPM125",
+                f"the state object is built before (or away from) its optimizer {optimizer!r}: it would "
+                "hold the model unwrapped; left untouched",
+            )
+        return states.model_reference(optimizer, model, self.backward)
 
     def _model_built_with(self, built: Binding) -> Tuple[str, str]:
         """(the model's name where ``built`` builds the optimizer, its name in the step's
@@ -556,6 +588,7 @@ class StepBuilder:
         outside_names = self._names_outside(moved_statements)
         assigned = {n for s in moved_statements for n in written_and_read(s)[0]}
         self._check_kept(statements, moved, assigned, {loss_name, output_name})
+        self._check_scaler_bound_before(statements)
         leaking = (assigned - {loss_name, output_name}) & outside_names
         if leaking:
             raise Blocked(
@@ -623,6 +656,20 @@ class StepBuilder:
                     f"backward uses {', '.join(sorted(touched))}, which the loss "
                     "computation also uses; it cannot stay before or move into the "
                     "loss function without changing what it sees; not migrated",
+                )
+
+    def _check_scaler_bound_before(self, statements: List[cst.BaseStatement]) -> None:
+        """The loss function returns ``scaler.scale(loss)``: a statement of the forward
+        region binding the scaler's name (``scaler = state["scaler"]`` after the forward)
+        would run after the loss function reads it."""
+        root = self.scaler.partition(".")[0].partition("[")[0]
+        for statement in statements:
+            if root in written_and_read(statement)[0]:
+                raise Blocked(
+                    statement,
+                    "RPM113",
+                    f"this statement between the forward and the backward binds {root!r}, which scales the loss; "
+                    "the loss function would read it before it is bound; not migrated",
                 )
 
     def _check_locals(self, moved: List[cst.BaseStatement], parameters: Set[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -49,12 +50,18 @@ def method_call(node: cst.CSTNode, owner: str, method: str) -> bool:
 
 
 def dotted(node: Optional[cst.CSTNode]) -> Optional[str]:
-    """``"a"`` for the name ``a``, ``"a.b.c"`` for ``a.b.c``; None for anything else."""
+    """``"a"`` for the name ``a``, ``"a.b.c"`` for ``a.b.c``, ``'a["k"]'`` for ``a['k']`` (a
+    plain string key, spelled one way whatever the quotes); None for anything else."""
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
         owner = dotted(node.value)
         return f"{owner}.{node.attr.value}" if owner is not None else None
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        key = node.slice[0].slice.value
+        owner = dotted(node.value)
+        if owner is not None and isinstance(key, cst.SimpleString) and key.prefix.lower() in ("", "u"):
+            return f"{owner}[{json.dumps(key.evaluated_value)}]"
     return None
 
 

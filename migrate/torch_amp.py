@@ -39,8 +39,18 @@ from .returned import returned_name, returned_targets
 from .scaler_device import upstream_arguments
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
+from .state_objects import StateField, StateObjects
 from .steps import StepBuilder
-from .syntax import calls_method, code, leading_lines, only_assignment, only_expression, tests_presence
+from .syntax import (
+    calls_method,
+    code,
+    dotted,
+    leading_lines,
+    method_call,
+    only_assignment,
+    only_expression,
+    tests_presence,
+)
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -66,6 +76,7 @@ class TorchAmpRules:
         self.wrappers = wrappers or WrapperContext()
         self.plan = Plan(taken_names=set(facts.all_names))
         self.attributes = InstanceAttributes(facts)
+        self.state_objects = StateObjects(facts)  # dataclass/dict states holding the objects
         self._attribute_scalers: Set[Tuple[Optional[InstanceFamily], str]] = set()  # (family, attribute)
         self._step_method_uses: List[cst.BaseExpression] = []
         self._rewritten_constructors: Set[cst.Call] = set()
@@ -121,6 +132,8 @@ class TorchAmpRules:
             if self.facts.statement_of(call) in self.plan.backward_statements:
                 continue
             owner = call.func.value.func.value if self._scaled_on_an_object(call) else None  # type: ignore[attr-defined]
+            if owner is not None and self.state_objects.refused(owner):
+                continue  # a state object's scaler: RPM125 names the blocker
             if owner is not None and not self._attribute_scaler_handled(owner):
                 where = (
                     "an attribute that no class of this file binds to a GradScaler (a mixin's?)"
@@ -143,6 +156,8 @@ class TorchAmpRules:
             if statement in self.plan.backward_statements or statement in already:
                 continue
             owner = call.func.value.func.value  # type: ignore[attr-defined]  # the shape `pattern` matched
+            if self.state_objects.refused(owner):
+                continue  # an alias of a state object's scaler: RPM125 names the blocker
             scope = self.facts.scope(owner)
             assignments = [a for a in scope[owner.value] if isinstance(a, Assignment)] if scope is not None else []
             built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
@@ -154,9 +169,25 @@ class TorchAmpRules:
                     "RPM104",
                     f"`{owner.value}.scale(...).backward()` uses a scaler the "
                     "migration cannot follow back to a torch GradScaler in this file "
-                    "(e.g. a function nobody here calls); migrate it by hand",
+                    f"({self._why_not_followed(call, owner.value)}); migrate it by hand",
                 )
             )
+
+    def _why_not_followed(self, backward: cst.Call, scaler: str) -> str:
+        """Why the scaler of ``backward`` was not followed, as precisely as the file says:
+        its function is not called here (a helper of another module's loop), and when that
+        function has no ``scaler.step(...)`` either, the step is in another function."""
+        function = self.facts.enclosing(backward, (cst.FunctionDef,))
+        if not isinstance(function, cst.FunctionDef) or self.facts.call_sites(function):
+            return "e.g. a function nobody here calls"
+        steps = [c for c in self.facts.subtree(function, cst.Call) if method_call(c, scaler, "step")]
+        split = (
+            ""
+            if steps
+            else "; its optimizer step is not in it either: a backward and its step in different "
+            "functions are not migrated"
+        )
+        return f"{function.name.value}() is not called in this file, its {scaler!r} comes from elsewhere{split}"
 
     def _attribute_scaler_handled(self, owner: cst.BaseExpression) -> bool:
         """``self.x`` of ``self.x.scale(loss).backward()`` holds a torch GradScaler whose
@@ -251,6 +282,11 @@ class TorchAmpRules:
 
     # -------------------------------------------------------------- the scaler itself
     def _plan_scaler(self, call: cst.Call, statement: cst.BaseStatement) -> None:
+        given = self.state_objects.field_given(call)
+        if given is not None:  # `{"scaler": GradScaler()}`, `TrainState(..., scaler=GradScaler())`
+            self._rewrite_constructor(call, self.facts.scaler_kind(call))
+            self._follow_scaler(given[1], self.state_objects.field(*given), depth=0)
+            return
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if not (
             isinstance(statement, cst.SimpleStatementLine)  # not a walrus in an if/while header
@@ -308,12 +344,16 @@ class TorchAmpRules:
         attribute's reference in its family), in source order."""
         if isinstance(scope, InstanceFamily):
             return list(scope.follow(name.partition(".")[2]).reads)
+        if isinstance(scope, StateField):
+            return list(scope.reads)
         return list(self.facts.accesses(name, scope))
 
     def _assignments(self, name: str, scope) -> List[cst.CSTNode]:
         """The nodes binding ``name`` in ``scope`` (an instance family: its one binding)."""
         if isinstance(scope, InstanceFamily):
             return [scope.follow(name.partition(".")[2]).statement]
+        if isinstance(scope, StateField):
+            return [self.facts.statement_of(scope.build)]
         return self.facts.assignments(name, scope)
 
     def _runs_after(self, node: cst.CSTNode, scope, after: int) -> bool:
@@ -322,11 +362,13 @@ class TorchAmpRules:
         method too."""
         if isinstance(scope, InstanceFamily):
             return scope.runs_after(node, after)
+        if isinstance(scope, StateField):
+            return True  # read wherever the state object goes
         return self.facts.order(node) > after
 
     def reference(self, node: Optional[cst.CSTNode]) -> Optional[str]:
         """The name the rules follow ``node`` as (see :meth:`InstanceAttributes.reference`)."""
-        return self.attributes.reference(node)
+        return self.attributes.reference(node) or self.state_objects.reference(node)
 
     def _rewrite_constructor(self, call: cst.Call, kind) -> None:
         upstream = upstream_arguments(self.facts, call, kind)  # the device folded into enabled=
@@ -352,7 +394,12 @@ class TorchAmpRules:
             raise Blocked(scope.node, "RPM104", "GradScaler passed through too many functions")
         for access in self._accesses(name, scope):
             parent = self.facts.parent(access)
-            if isinstance(parent, cst.Attribute) and parent.value is access:
+            given = self.state_objects.field_given(access)
+            if isinstance(scope, StateField):  # read as `state.scaler`: that is its name here
+                name = dotted(access) or code(access)
+            if given is not None:  # put in a state object: its reads are the scaler's
+                self._follow_scaler(given[1], self.state_objects.field(*given), depth + 1)
+            elif isinstance(parent, cst.Attribute) and parent.value is access:
                 method = parent.attr.value
                 if method == "scale":
                     self._collect(self._plan_backward, access, name)  # each step: its own blocker
@@ -371,6 +418,10 @@ class TorchAmpRules:
                     self._follow_scaler(target, target_scope, depth + 1)
             elif isinstance(parent, cst.Assign) and parent.value is access:
                 self._refuse_injected(parent, access)
+                for bound in parent.targets:  # `amp_scaler = state["scaler"]`: the same scaler
+                    scope_here = self.facts.scope(parent)
+                    if isinstance(bound.target, cst.Name) and scope_here is not None:
+                        self._follow_scaler(bound.target.value, scope_here, depth + 1)
             else:
                 raise Blocked(
                     access,
@@ -420,6 +471,9 @@ class TorchAmpRules:
 
     # ------------------------------------------------- optimizer -> model binding
     def _binding(self, name: str, at: cst.CSTNode) -> Binding:
+        held = self.state_objects.binding(name, at, self._binding) if "." in name or "[" in name else None
+        if held is not None:  # `state.optimizer`: what the state object's construction gives
+            return held
         if "." in name:  # `self.optimizer`: bound once in a method of the class
             return self.attributes.binding(name, at)
         scope = self.facts.scope(at)

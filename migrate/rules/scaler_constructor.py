@@ -32,7 +32,7 @@ RULE = Rule(
             expect=("roundpipe.GradScaler(init_scale=1024.0, enabled=torch.cuda.is_available())",),
         ),
         Example(
-            'import torch\n\nSCALERS = {"main": torch.amp.GradScaler("cuda")}\n',
+            'import torch\n\nSCALERS = [torch.amp.GradScaler("cuda")]\n',
             codes=("RPM105",),
         ),
         Example(
