@@ -31,6 +31,27 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def bytes_allocated(fn: Callable[[], None]) -> int:
+    """Bytes torch's CPU allocator hands out on this thread while ``fn`` runs (the
+    profiler's memory events): what an iteration allocates, whatever the load and however
+    glibc trims its heap. Work on other threads is not seen."""
+    from torch.profiler import ProfilerActivity, profile  # here: the migrate benches run without torch
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return sum(event.self_cpu_memory_usage for event in prof.events() if event.self_cpu_memory_usage > 0)
+
+
+def torch_ops(fn: Callable[[], None]) -> int:
+    """Operator calls torch's profiler records on this thread while ``fn`` runs (every
+    dispatcher call, nested ones included): the C++ side of an overhead, counted."""
+    from torch.profiler import ProfilerActivity, profile  # here: the migrate benches run without torch
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return len(prof.events())
+
+
 def voluntary_switches() -> int:
     """Voluntary context switches of this process so far: a thread that blocks (a hop to
     another thread and back) adds at least one, whatever the load."""

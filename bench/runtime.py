@@ -6,7 +6,9 @@ Rows (ratios measured inside each of ``--rounds`` interleaved rounds; median and
 
 * sync mode: ``step(..., is_async=False)`` / the plain loop, on a 1M-parameter MLP
   (4 x Linear(500, 500), batch 64) trained with ``roundpipe.optim.Adam``; target <= 1.05.
-  Minor page faults per iteration of each loop are printed with it (load-independent).
+  Minor page faults per iteration of each loop are printed with it (load-independent, but
+  they depend on where glibc trims its heap), and the bytes torch's allocator hands out
+  per iteration on the main thread (independent of both).
 * async overlap: sync / async on a 4.2M-parameter MLP (4 x Linear(1024, 1024), batch 64),
   sized so the Adam step takes about as long as forward + backward, against the ideal
   ``(forward+backward + step) / max(forward+backward, step)`` from phase times measured in
@@ -33,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 import roundpipe
-from interleave import CpuShares, load, minor_faults, ratio, ratio_row, rounds, thread_cpu_clock, timed
+from interleave import CpuShares, bytes_allocated, load, minor_faults, ratio, ratio_row, rounds, thread_cpu_clock, timed
 from roundpipe import RoundPipe
 
 Batches = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -148,6 +150,11 @@ def sync_row(count: int, iterations: int) -> None:
     )
     print(ratio_row("sync mode / plain loop (1M params)", ratio(seconds, "sync", "plain"), "<= 1.05"))
     print("    minor page faults per iteration: " + ", ".join(f"{n} {f:.1f}" for n, f in faults.items()))
+    allocated = {name: bytes_allocated(run) / iterations for name, run in made.items()}
+    print(
+        "    bytes allocated per iteration on the main thread (torch's allocator; async: the "
+        "optimizer thread's not seen): " + ", ".join(f"{n} {b:,.0f}" for n, b in allocated.items())
+    )
 
 
 def overlap_row(count: int, iterations: int) -> None:

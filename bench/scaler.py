@@ -12,8 +12,9 @@ the median and the spread over rounds are printed):
 
 Load-independent counts are printed with them: voluntary context switches per drop-in
 iteration (each hop to the optimizer thread and back blocks the main thread at least once),
-Python function calls per drop-in iteration (the interpreter work the overhead is made of)
-and scale clones per ``update()``. Not part of the test suite. ``unscale_`` values are kept
+Python function calls per drop-in iteration (the interpreter work the overhead is made of),
+torch operator calls per drop-in iteration (the profiler's count: the C++ side) and scale
+clones per ``update()``. Not part of the test suite. ``unscale_`` values are kept
 O(1) by alternating the scale between 2 and 0.5 outside the timed region.
 """
 
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import roundpipe
-from interleave import load, python_calls, ratio, ratio_row, rounds, timed, timed_both, voluntary_switches
+from interleave import load, python_calls, ratio, ratio_row, rounds, timed, timed_both, torch_ops, voluntary_switches
 
 MakeScaler = Callable[[], object]
 SCALERS: Dict[str, MakeScaler] = {
@@ -95,6 +96,13 @@ def drop_in_rows(width: int, depth: int, iterations: int, count: int) -> None:
     print(ratio_row(f"drop-in loop {params:,} params, ours/torch", ratio(seconds, "ours", "torch"), "<= 1.05"))
     print(ratio_row("  the same, main-thread CPU time", ratio(cpu, "ours", "torch"), "<= 1.05"))
     print(ratio_row("  control: torch/torch, main-thread CPU time", ratio(cpu, "torch, again", "torch")))
+    least = {name: min(v) / iterations * 1e6 for name, v in cpu.items()}
+    print(
+        "    least main-thread CPU per iteration over the rounds (other load only adds to it): "
+        + ", ".join(f"{name} {us:.1f} us" for name, us in least.items())
+        + f"; ours/torch {least['ours'] / least['torch']:.3f}x, torch again/torch "
+        f"{least['torch, again'] / least['torch']:.3f}x"
+    )
     print(
         "    voluntary context switches per iteration: "
         + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in switches.items())
@@ -102,6 +110,8 @@ def drop_in_rows(width: int, depth: int, iterations: int, count: int) -> None:
     warmed = {name: DropInLoop(make, width, depth) for name, make in SCALERS.items()}
     calls = {name: python_calls(lambda loop=loop: loop.run(10)) / 10 for name, loop in warmed.items()}
     print("    Python function calls per iteration: " + ", ".join(f"{name} {n:.0f}" for name, n in calls.items()))
+    ops = {name: torch_ops(lambda loop=loop: loop.run(10)) / 10 for name, loop in warmed.items()}
+    print("    torch operator calls per iteration: " + ", ".join(f"{name} {n:.0f}" for name, n in ops.items()))
 
 
 class ScaleUpdate:

@@ -14,7 +14,7 @@ optimizer frees is not reused by the main stream too early.
 from __future__ import annotations
 
 import sys
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -63,6 +63,13 @@ class OptimizerCopies:
         self._pairs = pairs
         self._model_side = [param for param, _ in pairs]
         self._copy_side = [copy for _, copy in pairs]
+
+    def pairs(self) -> Sequence[Tuple[nn.Parameter, nn.Parameter]]:
+        """``(model parameter, its copy)`` for every trainable parameter, in the module's
+        order (tied parameters once); creates the copies. The runtime's own list, kept
+        until weights are loaded with new parameter objects: read it, do not change it."""
+        self._ensure()
+        return self._pairs
 
     def copy_of(self, param: nn.Parameter) -> Optional[nn.Parameter]:
         """The copy of one of the module's parameters (None: frozen, or not the module's)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple, Union
 
 import torch
 from torch import nn
@@ -276,18 +276,28 @@ class RoundPipe(nn.Module):
                 self._copies.discard_grads()
                 self._last_step = None
 
-    def _failure_of_previous_step(self) -> Optional[Exception]:
-        """Wait for the previous step; return its exception (to raise later) if it failed.
-        Other errors (an interrupt, a refused wait) propagate at once."""
-        step = self._last_step
+    def _await_step(self, step: Optional["_Failable"], run: Callable[[], Any], then: str) -> Optional[Exception]:
+        """Run ``run`` (a wait for ``step``, or the call that runs it). When it raises because
+        ``step``'s function failed, say so on the exception (with ``then``: what the runtime
+        did about it) and return it, for the caller to raise once it has done that. Any other
+        error (an interrupt, a refused wait, a step cancelled before it ran) propagates."""
         try:
-            self._wait_for_optimizer("RoundPipe.step(): the previous step function")
+            run()
         except Exception as failure:
             if step is None or not step.failed:
                 raise
-            _note_failed_step(failure, self._steps_queued, "this call queued its own step anyway")
+            _note_failed_step(failure, self._steps_queued, then)
             return failure
         return None
+
+    def _failure_of_previous_step(self) -> Optional[Exception]:
+        """Wait for the previous step; return its exception (to raise later) if it failed.
+        Other errors (an interrupt, a refused wait) propagate at once."""
+        return self._await_step(
+            self._last_step,
+            lambda: self._wait_for_optimizer("RoundPipe.step(): the previous step function"),
+            "this call queued its own step anyway",
+        )
 
     def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
         """Hand the accumulated gradients to the optimizer copies and run ``step_fn``.
@@ -354,17 +364,21 @@ class RoundPipe(nn.Module):
         """Run ``step_call`` and wait for it, then copy the optimizer's weights into the model,
         also when the step function raised (its gradients are then dropped)."""
         try:
-            optim_stream.call(step_call, reason="RoundPipe.step(is_async=False)")
-        except Exception as failure:
+            failure = self._await_step(
+                step_call,
+                lambda: optim_stream.call(step_call, reason="RoundPipe.step(is_async=False)"),
+                _WEIGHTS_TAKEN,
+            )
+            if failure is not None:
+                if earlier is not None and failure.__context__ is None:
+                    failure.__context__ = earlier  # the previous step's failure, raised first
+                raise failure
+        except Exception:
             # It raised, or never ran (cancelled behind other optimizer work that failed):
             # as for an asynchronous step (Job.failed), its gradients are dropped either way.
             # An interrupt is not an Exception and keeps them.
             self._copies.discard_grads()
             self._copies.copy_to_model()
-            if step_call.failed:
-                _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
-                if earlier is not None and failure.__context__ is None:
-                    failure.__context__ = earlier  # the previous step's failure, raised first
             raise
         self._copies.copy_to_model()
 
@@ -372,17 +386,11 @@ class RoundPipe(nn.Module):
         """Wait for the optimizer, then copy its current weights into the model, also when
         the wait raises a step function's error (not after an interrupt: the optimizer may
         still be writing them)."""
-        step = self._last_step
-        try:
-            self._wait_for_optimizer(reason)
-        except Exception as failure:
-            if step is None or not step.failed:
-                raise
-            self._copies.copy_to_model()
-            _note_failed_step(failure, self._steps_queued, "the model holds the optimizer's current weights")
-            raise
+        failure = self._await_step(self._last_step, lambda: self._wait_for_optimizer(reason), _WEIGHTS_TAKEN)
         if self._copies.created:
             self._copies.copy_to_model()
+        if failure is not None:
+            raise failure
 
     def synchronize(self) -> None:
         """Wait for the optimizer and copy its newest weights into the model.
@@ -462,6 +470,16 @@ def _autocast_enabled(device_type: str) -> bool:
 
 def _detach(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+_WEIGHTS_TAKEN = "the model holds the optimizer's current weights"
+
+
+class _Failable(Protocol):
+    """A step as the runtime waits for it: an optimizer job, or the call a job runs."""
+
+    @property
+    def failed(self) -> bool: ...
 
 
 def _note_failed_step(failure: BaseException, number: int, then: str) -> None:

@@ -11,6 +11,7 @@ dynamic loss-scale rule is checked against a pure-Python re-implementation of ap
 from __future__ import annotations
 
 import collections
+import threading
 from collections import OrderedDict
 from typing import List
 
@@ -21,7 +22,7 @@ from torch import nn
 
 import roundpipe.compat as amp
 from compat_matrix.apex_column import fault_during_backward
-from roundpipe import GradScaler, RoundPipe, RoundPipeRunConfig
+from roundpipe import GradScaler, RoundPipe, RoundPipeRunConfig, optim_stream
 from roundpipe.compat import scaler as scaler_module
 from roundpipe.compat.casting import cast_floating
 from roundpipe.compat.model import AmpRoundPipe
@@ -886,3 +887,30 @@ def test_kept_difference_o2_static_one_accumulates_the_float32_parameters_grads(
 
     once = batchnorm_grad(1)
     assert torch.equal(batchnorm_grad(2), 2 * once) and once.abs().sum() > 0
+
+
+def test_loss_scaler_step_on_the_main_thread_runs_as_the_next_optimizer_job():
+    net = make_net(batchnorm=False)
+    model, opt = initialize(net, sgd(net.parameters()), opt_level="O2")
+    scaler = amp.loss_scaler()
+    seen = []
+    opt.register_step_pre_hook(
+        lambda o, a, k: seen.append((threading.current_thread().name, optim_stream.current_job()))
+    )
+    x, y = make_data()[0]
+    for idle in (True, False):
+        model.forward_backward(input_args=(x,), label=y, loss_fn=scaled_cross_entropy(scaler))
+        gate = threading.Event()
+        if not idle:
+            blocker = optim_stream.launch(gate.wait)
+            threading.Timer(0.05, gate.set).start()
+        before = optim_stream.launched_seq()
+        scaler.step(opt)
+        thread, job = seen[-1]
+        assert job is not None and job.seq == before + 1
+        if idle:  # nothing queued: it runs on this thread, with no hop
+            assert thread == threading.current_thread().name and job.inline
+        else:  # queued behind the blocker, and run after it on the optimizer thread
+            assert thread == optim_stream.THREAD_NAME and not job.inline and blocker.seq < job.seq
+        opt.zero_grad()
+        scaler.update()

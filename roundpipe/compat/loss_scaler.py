@@ -172,7 +172,8 @@ class AmpLossScaler:
         """``optimizer.step(*args, **kwargs)`` unless a block since the last step overflowed
         (then nothing; apex's patched step). With master weights the masters' gradients are
         dropped afterwards, as apex does. Inline on the optimizer thread; from the main
-        thread queued there and waited for (returns None). A closure is a ``RuntimeError``
+        thread run as the next optimizer job and waited for (inline when the optimizer is idle,
+        as :func:`roundpipe.optim_stream.call` does; returns None). A closure is a ``RuntimeError``
         where apex refuses it (master weights, or a step to skip) and is passed on otherwise.
         Disabled: ``optimizer.step(*args, **kwargs)``."""
         if not self._enabled:
@@ -182,7 +183,7 @@ class AmpLossScaler:
             raise RuntimeError("Currently, Amp does not support closure use with optimizers.")
         if optim_stream.on_optim_stream():
             return self._steps.step(optimizer, args, kwargs)
-        optim_stream.launch(self._steps.step, optimizer, args, kwargs).wait("AmpLossScaler.step()")
+        optim_stream.call(self._steps.step, optimizer, args, kwargs, reason="AmpLossScaler.step()")
         return None
 
     def update(self, new_scale: Optional[Number] = None, is_async: bool = True) -> None:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from .. import optim_stream
-from ..scaling import unscale_grads_
+from ..scaling import sum_found_inf, unscale_grads_
 
 __all__ = ["unscale_block_"]
 
@@ -74,10 +74,11 @@ def unscale_block_(pairs: Sequence[Pair], loss_scale: float, check_overflow: boo
 
 
 def _has_non_finite(params: Sequence[nn.Parameter]) -> bool:
-    """Whether a gradient of ``params`` holds inf/NaN (torch's fused check, multiplier 1)."""
+    """Whether a gradient of ``params`` holds inf/NaN (torch's fused check, multiplier 1;
+    the flags of every device summed on the first gradient's, so one host sync)."""
     grads = [param.grad for param in params if param.grad is not None]
     if not grads:
         return False
     one = torch.ones((), dtype=torch.float32, device=grads[0].device)
     found = unscale_grads_([{"params": list(params)}], one, allow_fp16=True)
-    return any(flag.item() for flag in found.values())
+    return bool(sum_found_inf(list(found.values()), grads[0].device).item())

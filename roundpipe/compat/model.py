@@ -122,7 +122,7 @@ class AmpRoundPipe(RoundPipe):
             result = super().forward_backward(*args, **kwargs)
         if block.scaler is not None:
             self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
-            block.scaler.end_block(list(self.copy_map().items()))
+            block.scaler.end_block(self._copies.pairs())
         return result
 
     forward_backward.__signature__ = inspect.signature(RoundPipe.forward_backward)  # type: ignore[attr-defined]
@@ -139,7 +139,4 @@ class AmpRoundPipe(RoundPipe):
 
     def copy_map(self) -> Dict[nn.Parameter, nn.Parameter]:
         """``{trainable parameter of the module: its optimizer copy}`` (creates the copies)."""
-        originals = [p for p in self.model.parameters() if p.requires_grad]
-        copies = list(self.optim_parameters())
-        assert len(originals) == len(copies), "every trainable parameter has one copy"
-        return dict(zip(originals, copies))
+        return dict(self._copies.pairs())
