@@ -134,6 +134,8 @@ class TorchAmpRules:
             owner = call.func.value.func.value if self._scaled_on_an_object(call) else None  # type: ignore[attr-defined]
             if owner is not None and self.state_objects.refused(owner):
                 continue  # a state object's scaler: RPM125 names the blocker
+            if owner is not None and self._state_scaler_not_torch(owner):
+                continue  # `state["scaler"]` built as RoundPipe's own (an already migrated file)
             if owner is not None and not self._attribute_scaler_handled(owner):
                 where = (
                     "an attribute that no class of this file binds to a GradScaler (a mixin's?)"
@@ -204,6 +206,35 @@ class TorchAmpRules:
             return False
         return self._built_by_other_call(tracked.statement)
 
+    def _state_scaler_not_torch(self, owner: cst.BaseExpression) -> bool:
+        """``owner`` (``state["scaler"]``, ``state.scaler``) reads a field of a state object
+        whose construction gives it a known call that is not a torch GradScaler, in place or
+        through the name it passes (RoundPipe's own, as migrated). Looked for only for such an
+        unfollowed read (rare), over the module's state constructions."""
+        for build in self.facts.subtree(self.facts.module, (cst.Dict, cst.Call)):
+            fields = self.state_objects.fields(build)
+            for name, value in (fields or {}).items():
+                if not self._other_scaler_value(value, build):
+                    continue
+                try:
+                    reads = self.state_objects.field(build, name).reads  # type: ignore[arg-type]
+                except Blocked:
+                    continue
+                if any(read is owner for read in reads):
+                    return True
+        return False
+
+    def _other_scaler_value(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """``value`` is a known call that is not a torch GradScaler, or a name bound to one."""
+        if isinstance(value, cst.Call):
+            return self._known_other_call(value)
+        if not isinstance(value, cst.Name):
+            return False
+        try:
+            return self._built_by_other_call(self._binding(value.value, at).statement)
+        except Blocked:
+            return False
+
     @staticmethod
     def _scaled_on_an_object(call: cst.Call) -> bool:
         """``self.scaler.scale(loss).backward()``, ``scalers[i].scale(...).backward()``..."""
@@ -256,8 +287,10 @@ class TorchAmpRules:
         value = small.value if small is not None else None
         if isinstance(value, cst.IfExp) and isinstance(value.body, cst.Call) and _optional(value, value.body):
             value = value.body
-        if not isinstance(value, cst.Call):
-            return False
+        return isinstance(value, cst.Call) and self._known_other_call(value)
+
+    def _known_other_call(self, value: cst.Call) -> bool:
+        """``value`` calls a known callable that is not a torch GradScaler."""
         try:
             kind = self.facts.scaler_kind(value)
         except ValueError:  # an ambiguous GradScaler spelling is still a GradScaler (RPM104 later)
