@@ -12,6 +12,7 @@ from libcst.metadata import Scope
 from .parallel import other_trainer
 from .plan import Blocked
 from .returned import returned_targets
+from .split_step import calls_own_method
 from .state_helpers import state_only_parameter
 from .syntax import code, method_call, only_expression
 
@@ -159,7 +160,7 @@ class ModelUses:
         if not self.rules.plan.wrapped_models:
             return
         for call in self.facts.backward_calls:
-            if any(a in steps for a in self.facts.ancestors(call)):
+            if any(a in steps for a in self.facts.ancestors(call)) or calls_own_method(self.rules, call):
                 continue
             raise Blocked(
                 call,

@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
-from .syntax import code, names_outside, written_and_read
+from .syntax import code, method_call, names_outside, written_and_read
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -88,7 +88,9 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
 
 def on_copies(builder: "StepBuilder", statement: cst.BaseStatement, model: str) -> None:
     """``model.parameters()`` in a moved statement measures the optimizer copies."""
-    for call in m.findall(statement, m.Call(func=m.Attribute(value=m.Name(model), attr=m.Name("parameters")))):
+    for call in m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+        if not method_call(call, model, "parameters"):  # `model` may be dotted (`self.model`)
+            continue
         assert isinstance(call, cst.Call)
         builder.rules.plan.edits.replace_expression(
             call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
@@ -116,7 +118,8 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
             written += sorted(written_and_read(statement)[0] - set(written))
     if not written:
         return EscapingValues((), None, ())
-    function = facts.enclosing(builder.backward, (cst.FunctionDef,))
+    home = statements[0] if statements else builder.backward  # the step's own method, if split
+    function = facts.enclosing(home, (cst.FunctionDef,))
     root = function if isinstance(function, cst.FunctionDef) else facts.module
     moved = set(statements)
     outside = names_outside(facts, root, moved)
@@ -125,7 +128,7 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
         return EscapingValues((), None, ())
     if not isinstance(function, cst.FunctionDef):
         return EscapingValues(names, cst.parse_statement(f"global {', '.join(names)}\n"), ())  # type: ignore[arg-type]
-    scope = facts.scope(builder.backward)
+    scope = facts.scope(home)
     unbound = [
         n for n in names if scope is None or not any(not _under(facts, a.node, moved) for a in scope.assignments[n])
     ]

@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from . import joint_steps, multi_step
+from . import joint_steps, multi_step, split_step
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
@@ -85,6 +85,8 @@ class StepBuilder:
         if multi_step.feeds_later_backward(self):
             return
         found = self._find_step_group()
+        if split_step.planned_already(self, found):
+            return
         refuse_step_chosen_by_a_measure(self, found)
         if joint_steps.steps_several(self, found):
             joint_steps.plan_joint_steps(self, found)
@@ -95,6 +97,8 @@ class StepBuilder:
         found = multi_step.own_statements(self, found, optimizer, model)
         group = list(found.statements)
         self.trained = (optimizer, model)
+        if split_step.plan_detached(self, found, optimizer, model):
+            return
         try:
             multi_step.check_fusable(self)
             region = self._forward_region(model, optimizer)
@@ -249,6 +253,9 @@ class StepBuilder:
                 break
             block, body = outer, list(outer.body)
             after = body.index(loop)
+        detached = split_step.detached_group(self)  # the optimizer work in another method
+        if detached is not None:
+            return detached
         raise Blocked(
             self.backward,
             "RPM106",
