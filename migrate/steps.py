@@ -19,6 +19,7 @@ from . import joint_steps, multi_step, split_step
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
+from .handed_in import handed_model
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import optimizer_writes
@@ -432,6 +433,9 @@ class StepBuilder:
         step_scope = self.facts.scope(self.backward)
         if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
             return model_outer
+        handed = handed_model(self, model_outer, built)  # `Trainer(model, optimizer)`: `self.model`
+        if handed is not None:
+            return handed
         function = self.facts.function_of(step_scope)
         fed = next(parameters_fed(self.rules, function, model_outer, built.scope), None) if function else None
         if fed is not None:

@@ -379,6 +379,58 @@ def test_a_step_split_over_methods_takes_the_autograd_form_in_the_optimizer_meth
     assert any("another method (UpdateMixin.update_params())" in r.description for r in result.rewrites)
 
 
+HANDED = SPLIT.replace(
+    """    def __init__(self, clip=0.5):
+        self.model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+""",
+    """    def __init__(self, model, optimizer, clip=0.5):
+        self.model = model
+        self.optimizer = optimizer
+""",
+).replace(
+    "    trainer = Trainer()\n",
+    "    net = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))\n"
+    "    trainer = Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9), clip=0.5)\n",
+)
+
+
+def test_a_model_and_optimizer_handed_to_the_constructor_are_wrapped_where_the_caller_builds_them(tmp_path):
+    migrated = _migrated(HANDED, exact=True)
+    assert (
+        "    net = roundpipe.RoundPipe(net, model_run_config=roundpipe.RoundPipeRunConfig("
+        "num_microbatch=NUM_MICROBATCH))\n"
+        "    trainer = Trainer(net, torch.optim.SGD(net.optim_parameters(), lr=0.1, momentum=0.9), clip=0.5)\n"
+    ) in migrated
+    assert "        self.model.step(_step_fn, is_async=False)\n" in migrated
+    original = _run(HANDED, tmp_path, "original.py")
+    assert _run(migrated, tmp_path, "exact.py") == original
+    assert len(STEP.findall(_run(_migrated(HANDED, exact=False), tmp_path, "default.py"))) == 8
+
+
+@pytest.mark.parametrize(
+    "old, new, blocker",
+    [
+        (
+            "        self.optimizer = optimizer\n",
+            "        self.optimizer = optimizer\n        print(model)\n",
+            "`model`",
+        ),
+        ("    trainer = Trainer(net,", "    make = Trainer\n    trainer = make(net,", "`make = Trainer`"),
+        ("        self.model = model\n", "        self.model = torch.nn.Linear(6, 3)\n", "no attribute"),
+    ],
+    ids=["parameter used twice", "class aliased", "another model stepped"],
+)
+def test_what_a_constructor_is_handed_is_followed_only_where_every_construction_shows_it(old, new, blocker):
+    source = HANDED.replace(old, new, 1)
+    assert source != HANDED
+    result = migrate_source(source, "trainer.py")
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics if blocker in d.message][:1] == ["RPM108"], [
+        d.format() for d in result.diagnostics
+    ]
+
+
 @pytest.mark.parametrize(
     "old, new, blocker",
     [
