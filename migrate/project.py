@@ -26,10 +26,11 @@ from __future__ import annotations
 import ast
 import posixpath
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from typing import AbstractSet, Dict, List, Mapping, Optional, Set, Tuple
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
+from .joined_classes import join_groups, migrate_joined, shared_names
 from .prefilter import might_use_amp
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
@@ -104,10 +105,38 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
             )
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
+    joined = _migrate_joined_classes(files, results, exact, wrappers)
     _refuse_models_handed_across(files, results, contexts)
     _refuse_instances_reached_across(files, results)
-    _name_wrapper_users(files, results, wrappers)
+    _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
+
+
+def _migrate_joined_classes(
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    exact: bool,
+    wrappers: Mapping[Tuple[str, str], int],
+) -> Set[str]:
+    """A class deriving from classes of other given files (mixins), where some of those
+    files could not migrate alone or a base scales a loss and calls backward: the files are
+    analysed as one module (:mod:`migrate.joined_classes`) and take that outcome; a file
+    taking part in two such groups keeps its own. Returns the files given a joined outcome."""
+    taken: Set[str] = set()
+    for group in join_groups(files):
+        blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
+        scaling_base = any(key[0] in group[:-1] for key in wrappers)
+        if taken & set(group) or not (blocked or scaling_base):
+            continue
+        joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
+        if joined is None:
+            continue
+        taken |= set(group)
+        for path, outcome in joined.items():  # in place: the caller may hold the result objects
+            result = results[path]
+            result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
+            result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
+    return taken
 
 
 # ---------------------------------------------------------------- parsing and imports
@@ -567,14 +596,18 @@ def _is_name_in(node: ast.expr, names: Set[str]) -> bool:
 
 
 def _name_wrapper_users(
-    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], wrappers: Mapping[Tuple[str, str], int]
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    wrappers: Mapping[Tuple[str, str], int],
+    joined: AbstractSet[str] = frozenset(),
 ) -> None:
-    """A file using a loss-scaler wrapper of another given file is migrated or named."""
+    """A file using a loss-scaler wrapper of another given file is migrated or named (a
+    file analysed with its bases' files as one module is accounted for: ``joined``)."""
     if not wrappers:
         return
     for path, project_file in files.items():
         result = results[path]
-        if project_file.tree is None or result.changed or result.diagnostics:
+        if project_file.tree is None or result.changed or result.diagnostics or path in joined:
             continue
         for edge in project_file.imports:
             if results[edge.target].changed:

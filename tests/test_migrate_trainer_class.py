@@ -564,3 +564,68 @@ def test_a_model_handed_in_and_moved_to_a_device_is_refused():
         '        self.model = net.to("cpu")\n',
     )
     _refused(source, _line(source, '        self.model = net.to("cpu")'), "not built in Trainer.__init__")
+
+
+MIXINS = HANDED[: HANDED.index("class Trainer(")]  # the mixins, in a file of their own
+SUBCLASS = (
+    "import torch\n\nfrom hooks import BackwardMixin, UpdateMixin\n\n\n" + HANDED[HANDED.index("class Trainer(") :]
+)
+
+
+def _run_project(files, tmp_path, name: str) -> str:
+    import sys
+
+    folder = tmp_path / name
+    folder.mkdir()
+    for path, text in files.items():
+        (folder / path).write_text(text)
+    sys.path.insert(0, str(folder))
+    try:
+        return _run((folder / "main.py").read_text(), folder, "main.py")
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("hooks", None)
+
+
+def _migrate_files(files, exact: bool):
+    from migrate.project import migrate_project
+
+    return migrate_project(files, exact=exact)
+
+
+def test_mixins_of_another_file_are_analysed_with_their_subclass_and_print_the_same_numbers(tmp_path):
+    files = {"hooks.py": MIXINS, "main.py": SUBCLASS}
+    exact = _migrate_files(files, exact=True)
+    assert [r.status for r in exact.values()] == ["migrated", "migrated"], [
+        d.format() for r in exact.values() for d in r.diagnostics
+    ]
+    assert "self.model.step(_step_fn, is_async=False)" in exact["hooks.py"].migrated
+    assert "import roundpipe" not in exact["hooks.py"].migrated  # it reads nothing of roundpipe
+    assert "import roundpipe\n" in exact["main.py"].migrated and "NUM_MICROBATCH = 1" in exact["main.py"].migrated
+    lines = {_line(MIXINS, "        self.grad_scaler.scale(loss)"), _line(MIXINS, "        self.grad_scaler.unscale_")}
+    assert {r.line for r in exact["hooks.py"].rewrites} == lines  # the lines of hooks.py, not of the joined module
+    migrated = {path: result.migrated for path, result in exact.items()}
+    original = _run_project(files, tmp_path, "original")
+    assert _run_project(migrated, tmp_path, "exact") == original
+    lagged = {path: result.migrated for path, result in _migrate_files(files, exact=False).items()}
+    assert len(STEP.findall(_run_project(lagged, tmp_path, "default"))) == len(STEP.findall(original)) == 8
+    again = _migrate_files(migrated, exact=True)  # idempotent, and silent
+    assert all(not r.changed and not r.diagnostics for r in again.values())
+
+
+def test_a_blocker_of_joined_files_is_reported_in_its_own_file_at_its_own_line():
+    main = SUBCLASS.replace(
+        "        self.backward(loss)\n", "        self.optimizer.zero_grad()\n        self.backward(loss)\n"
+    )
+    results = _migrate_files({"hooks.py": MIXINS, "main.py": main}, exact=True)
+    assert not any(r.changed for r in results.values())
+    assert [(d.code, d.line) for d in results["main.py"].diagnostics] == [
+        ("RPM106", _line(main, "        self.optimizer.zero_grad()\n"))
+    ]
+
+
+def test_files_that_bind_one_name_differently_are_not_joined():
+    mixins = MIXINS + "\n\ndef main():\n    pass\n"  # main.py has its own main()
+    results = _migrate_files({"hooks.py": mixins, "main.py": SUBCLASS}, exact=True)
+    assert not any(r.changed for r in results.values())
+    assert "RPM120" in [d.code for d in results["main.py"].diagnostics]
