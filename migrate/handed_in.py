@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
-from .attributes import InstanceFamily
+from .attributes import InstanceFamily, wrapped
 from .plan import Binding, Blocked
 from .syntax import code
 
@@ -28,7 +28,15 @@ if TYPE_CHECKING:
     from .steps import StepBuilder
     from .torch_amp import TorchAmpRules
 
-__all__ = ["attribute_fed", "constructions", "constructor_argument", "constructor_parameter", "handed_model"]
+__all__ = [
+    "attribute_fed",
+    "constructed_init",
+    "constructions",
+    "constructor_argument",
+    "constructor_parameter",
+    "handed_model",
+    "plan_handed_wrap",
+]
 
 _CODE = "RPM108"
 
@@ -185,3 +193,63 @@ def handed_model(step: "StepBuilder", model: str, built: Binding) -> Optional[st
     _check_only_binding(step.facts, step.rules.attributes.binding(attribute, step.backward))
     step.rules.plan.wrapped_models.append((family, attribute, 0))  # type: ignore[arg-type]
     return attribute
+
+
+def constructed_init(facts: "ModuleFacts", call: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The ``__init__`` of the module's class that ``call`` (``Class(...)``) builds, else None."""
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+        return None
+    scope = facts.scope(call)
+    for assignment in scope[call.func.value] if scope is not None else ():
+        cls = getattr(assignment, "node", None)
+        if isinstance(cls, cst.ClassDef):
+            return next(
+                (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+            )
+    return None
+
+
+def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_calls: List[cst.Call]) -> bool:
+    """For an optimizer a trainer builds on ``self.model.parameters()`` (anywhere in the
+    class, lazily too) where ``self.model`` is handed to the constructor: the model is
+    wrapped where each construction hands it (``model = roundpipe.RoundPipe(model, ...)``
+    right before ``Trainer(model, ...)``, or the argument itself when it is a call) and the
+    optimizer built on ``self.model.optim_parameters()``; True when planned, False when the
+    model attribute is not handed in (the rules wrap it in ``__init__``)."""
+    family = built.scope
+    if not isinstance(family, InstanceFamily) or "." not in model:
+        return False
+    rules, facts = step.rules, step.facts
+    model_binding = rules.attributes.binding(model, built.statement or step.backward)
+    handed = constructor_parameter(facts, model_binding)
+    if handed is None:
+        return False
+    init, param = handed
+    _check_only_binding(facts, model_binding)
+    plan = rules.plan
+    for call in parameter_calls:
+        plan.edits.replace_expression(
+            call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
+        )
+    if id(built.statement) in plan.wrapped_optimizers:
+        return True
+    plan.wrapped_optimizers.add(id(built.statement))
+    config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
+    for site in constructions(facts, family, init):
+        passed = constructor_argument(site, init, param)
+        statement = facts.statement_of(site)
+        block = facts.parent(statement)
+        if isinstance(passed, cst.Call):
+            template = f"roundpipe.RoundPipe(_, {config})"
+            plan.edits.replace_expression(passed, lambda updated: wrapped(template, updated))  # type: ignore[arg-type]
+        elif isinstance(passed, cst.Name) and isinstance(block, (cst.IndentedBlock, cst.Module)):
+            wrap = cst.parse_statement(f"{passed.value} = roundpipe.RoundPipe({passed.value}, {config})\n")
+            plan.edits.insert_before(block, list(block.body).index(statement), [wrap])
+            plan.wrapped_models.append((facts.scope(site), passed.value, facts.order(statement)))  # type: ignore[arg-type]
+        else:
+            raise Blocked(
+                site, _CODE, f"`{code(site)}` hands the model to {family.name}() other than by a name or a call"
+            )
+        plan.rewrites.append((statement, f"wrapped the model handed to {family.name}() with roundpipe.RoundPipe"))
+    plan.wrapped_models.append((family, model, 0))  # type: ignore[arg-type]
+    return True

@@ -42,8 +42,10 @@ _CONSTANT = re.compile(r"^(\w+) = 1  # roundpipe-migrate: microbatches per batch
 
 
 def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
-    """Groups of given files to analyse as one module, each the files defining bases first
-    (in path order), the file of their subclasses last."""
+    """Groups of given files to analyse as one module: for each file deriving from or
+    building classes of other given files (a trainer and its mixins, a script and the
+    trainer it hands a scaler), the files defining those classes first (in path order),
+    that file last."""
     groups: List[List[str]] = []
     for path in sorted(files):
         tree = files[path].tree
@@ -62,8 +64,13 @@ def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
             for base in node.bases
             if isinstance(base, ast.Name) and base.id in imported
         }
-        if bases:
-            groups.append([*sorted(bases), path])
+        built = {
+            imported[node.func.id]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
+        }
+        if bases | built:
+            groups.append([*sorted(bases | built), path])
     return groups
 
 

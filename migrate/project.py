@@ -26,7 +26,8 @@ from __future__ import annotations
 import ast
 import posixpath
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, List, Mapping, Optional, Set, Tuple
+from types import MappingProxyType
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
@@ -106,7 +107,7 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
     joined = _migrate_joined_classes(files, results, exact, wrappers)
-    _refuse_models_handed_across(files, results, contexts)
+    _refuse_models_handed_across(files, results, contexts, joined)
     _refuse_instances_reached_across(files, results)
     _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
@@ -117,26 +118,34 @@ def _migrate_joined_classes(
     results: Dict[str, FileResult],
     exact: bool,
     wrappers: Mapping[Tuple[str, str], int],
-) -> Set[str]:
+) -> Dict[str, FrozenSet[str]]:
     """A class deriving from classes of other given files (mixins), where some of those
     files could not migrate alone or a base scales a loss and calls backward: the files are
     analysed as one module (:mod:`migrate.joined_classes`) and take that outcome; a file
-    taking part in two such groups keeps its own. Returns the files given a joined outcome."""
-    taken: Set[str] = set()
+    taking part in two such groups keeps its own. Returns, for each file given a joined
+    outcome, the files of its group."""
+    taken: Dict[str, FrozenSet[str]] = {}
     for group in join_groups(files):
         blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
-        scaling_base = any(key[0] in group[:-1] for key in wrappers)
-        if taken & set(group) or not (blocked or scaling_base):
+        scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
+        if set(taken) & set(group) or not (blocked or scaling_base):
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if joined is None:
             continue
-        taken |= set(group)
+        taken.update({path: frozenset(group) for path in group})
         for path, outcome in joined.items():  # in place: the caller may hold the result objects
             result = results[path]
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
     return taken
+
+
+def _base_names(project_file: ProjectFile) -> Set[str]:
+    """The plain names the file's top-level classes derive from."""
+    tree = project_file.tree
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)] if tree is not None else []
+    return {base.id for c in classes for base in c.bases if isinstance(base, ast.Name)}
 
 
 # ---------------------------------------------------------------- parsing and imports
@@ -294,7 +303,10 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
 
 
 def _refuse_models_handed_across(
-    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], contexts: Mapping[str, WrapperContext]
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    contexts: Mapping[str, WrapperContext],
+    joined: Mapping[str, AbstractSet[str]] = MappingProxyType({}),
 ) -> None:
     """A wrapped model passed to a function of another given file: what that function does
     with it (checkpoint keys, evaluation, another trainer) is not followed across files,
@@ -311,6 +323,8 @@ def _refuse_models_handed_across(
         for node in ast.walk(ast.parse(result.migrated)):
             callee = _callee(node, imported) if isinstance(node, ast.Call) else None
             passed = _names_passed(node, wrapped) if callee is not None else []
+            if callee is not None and callee[1] in joined.get(path, ()):
+                continue  # analysed with this file as one module (migrate.joined_classes)
             if callee is not None and passed and callee[0] in contexts.get(path, WrapperContext()).classes:
                 continue  # `Wrapper(model=model)`: the migrated wrapper is given the model it steps
             if (

@@ -19,7 +19,7 @@ from . import joint_steps, multi_step, split_step
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
-from .handed_in import handed_model
+from .handed_in import handed_model, plan_handed_wrap
 from .names import CLIP_FUNCTIONS, LR_SCHEDULER_PREFIX
 from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import optimizer_writes
@@ -232,8 +232,23 @@ class StepBuilder:
                 raise
             return False  # an attribute the rules cannot follow: not a known scheduler
         if binding.value is not None and isinstance(binding.value, cst.Call):
-            return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX])
+            return self.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX]) or self._returns_scheduler(
+                binding.value
+            )
         return "sched" in name.lower()
+
+    def _returns_scheduler(self, call: cst.Call) -> bool:
+        """``call`` calls a function of this module whose every ``return`` builds a torch
+        learning-rate scheduler (``return LambdaLR(optimizer, factor)``)."""
+        function = self.facts.local_function(call)
+        returns = [
+            r
+            for r in (self.facts.subtree(function, cst.Return) if function is not None else [])
+            if self.facts.enclosing(r, (cst.FunctionDef,)) is function
+        ]
+        return bool(returns) and all(
+            isinstance(r.value, cst.Call) and self.facts.calls_prefix(r.value, [LR_SCHEDULER_PREFIX]) for r in returns
+        )
 
     def _find_step_group(self) -> "StepGroup":
         """The optimizer step statements: the first contiguous run of step statements after
@@ -404,6 +419,8 @@ class StepBuilder:
             )
         guard, aliases = None, set()  # DDP guards and aliases are followed for names only
         if isinstance(built.scope, InstanceFamily):
+            if plan_handed_wrap(self, built, model_outer, parameter_calls):  # `Trainer(model)`: wrapped there
+                return model_outer, model_outer
             check_wrap(built.scope, model_outer, built)
         else:
             guard = find_ddp_guard(self.facts, built, model_outer)  # `if args.distributed: model = DDP(model)`

@@ -278,12 +278,14 @@ REFUSALS = {
         ("derives from `LoggingMixin`",),
     ),
     "scaler injected": (
-        FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
+        FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):")
+        .replace(
             '        self.scaler = torch.amp.GradScaler("cpu"',
             '        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu"',
-        ),
-        "        self.scaler = scaler if",
-        ("handed in by the caller",),
+        )
+        .replace("    resumed = Trainer()\n", "    resumed = Trainer(scaler=trainer.scaler)\n"),
+        "    resumed = Trainer(scaler=trainer.scaler)",
+        ("hands Trainer `trainer.scaler` as its scaler", "cannot follow"),
     ),
 }
 
@@ -295,12 +297,31 @@ def test_a_trainer_the_rules_cannot_account_for_is_refused_at_the_statement(name
     _refused(source, _line(source, text), *words)
 
 
-def test_an_injected_scaler_stored_after_a_none_check_is_refused_once():
-    source = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
-        '        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)\n',
-        '        if scaler is None:\n            scaler = torch.amp.GradScaler("cpu")\n        self.scaler = scaler\n',
-    )
-    _refused(source, _line(source, "        self.scaler = scaler\n"), "`self.scaler = scaler`")
+INJECTED = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
+    '        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)\n',
+    '        if scaler is None:\n            scaler = torch.amp.GradScaler("cpu")\n        self.scaler = scaler\n',
+)
+
+
+@pytest.mark.parametrize(
+    "main",
+    [
+        "    trainer = Trainer()\n",
+        '    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)\n    trainer = Trainer(scaler=scaler)\n',
+    ],
+    ids=["built when none is given", "handed in by the caller"],
+)
+def test_an_injected_scaler_becomes_roundpipes_wherever_every_construction_shows_it(main, tmp_path):
+    source = INJECTED.replace("    trainer = Trainer()\n", main)
+    migrated = _migrated(source, exact=True)
+    assert "scaler = roundpipe.GradScaler(" in migrated and "torch.amp.GradScaler" not in migrated
+    assert _run(migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+
+
+def test_an_injected_scaler_of_a_class_built_elsewhere_is_refused_at_its_binding():
+    source = INJECTED.replace("\n\nmain()\n", "\n").replace("    trainer = Trainer()\n", "    trainer = make()\n")
+    source = source[: source.index("def main():")]  # the class is built in no function of this file
+    _refused(source, _line(source, "        self.scaler = scaler\n"), "`self.scaler = scaler`", "does not see")
 
 
 def test_read_only_scaler_uses_from_outside_are_fine_and_other_classes_attributes_are_their_own():
