@@ -408,6 +408,10 @@ class TorchAmpRules:
                     self._follow_scaler(target, target_scope, depth + 1)
             elif isinstance(parent, cst.Assign) and parent.value is access:
                 self._follow_injected(parent, access, depth)
+            elif isinstance(parent, (cst.IfExp, cst.BooleanOperation)) and isinstance(
+                assign := self.facts.parent(parent), cst.Assign
+            ):  # `self.scaler = scaler if scaler is not None else GradScaler()`
+                self._follow_injected(assign, access, depth)
             else:
                 raise Blocked(
                     access,
