@@ -15,6 +15,7 @@ every construction passes the parameter as a plain name or a call.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
@@ -29,16 +30,20 @@ if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
 __all__ = [
+    "HANDED_NOTE",
     "attribute_fed",
     "constructed_init",
     "constructions",
     "constructor_argument",
     "constructor_parameter",
     "handed_model",
+    "handed_note",
     "plan_handed_wrap",
 ]
 
 _CODE = "RPM108"
+#: Finds the class named by :func:`handed_note` in a rewrite's description.
+HANDED_NOTE = re.compile(r"handed to (\w+)\(\) at each of its constructions here")
 
 
 def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
@@ -121,9 +126,12 @@ def constructor_argument(call: cst.Call, init: cst.FunctionDef, param: str) -> O
     return None
 
 
-def attribute_fed(rules: "TorchAmpRules", at: cst.CSTNode, name: str, scope: object) -> Optional[str]:
+def attribute_fed(
+    rules: "TorchAmpRules", at: cst.CSTNode, name: str, scope: object
+) -> Optional[Tuple[str, cst.FunctionDef]]:
     """The instance attribute (``self.model``, spelled as in the method around ``at``)
-    handed what ``name`` of ``scope`` holds at every construction; None when none is."""
+    handed what ``name`` of ``scope`` holds at every construction, with the ``__init__``
+    that binds it; None when none is."""
     from .origins import origins
 
     facts = rules.facts
@@ -148,7 +156,7 @@ def attribute_fed(rules: "TorchAmpRules", at: cst.CSTNode, name: str, scope: obj
             except Blocked:
                 continue
             if any(o.name == name and o.scope is scope for o in reached):
-                return f"{receiver}.{target}"
+                return f"{receiver}.{target}", init
     return None
 
 
@@ -182,17 +190,28 @@ def handed_model(step: "StepBuilder", model: str, built: Binding) -> Optional[st
     if not isinstance(method, cst.FunctionDef) or step.rules.attributes.receiver_of(method) is None:
         return None
     family = _family_of_method(step.rules, method)
-    attribute = attribute_fed(step.rules, step.backward, model, built.scope)
-    if family is None or attribute is None:
+    fed = attribute_fed(step.rules, step.backward, model, built.scope)
+    if family is None or fed is None:
         raise Blocked(
             built.statement or step.backward,
             _CODE,
             f"the optimizer is built on {model!r} outside the class whose method steps it, and no "
             "attribute of the class is handed that model at every construction; left untouched",
         )
+    attribute, init = fed
     _check_only_binding(step.facts, step.rules.attributes.binding(attribute, step.backward))
     step.rules.plan.wrapped_models.append((family, attribute, 0))  # type: ignore[arg-type]
+    step.rules.plan.rewrites.append((step.backward, handed_note(step.facts, init, f"steps the model ({attribute})")))
     return attribute
+
+
+def handed_note(facts: "ModuleFacts", init: cst.FunctionDef, what: str) -> str:
+    """The report line for an object followed through the constructor ``init``; the project
+    layer reads it (:data:`HANDED_NOTE`) to find constructions in other files."""
+    block = facts.parent(init)
+    owner = facts.parent(block) if block is not None else None
+    name = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
+    return f"{what} handed to {name}() at each of its constructions here"
 
 
 def constructed_init(facts: "ModuleFacts", call: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -250,6 +269,6 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
             raise Blocked(
                 site, _CODE, f"`{code(site)}` hands the model to {family.name}() other than by a name or a call"
             )
-        plan.rewrites.append((statement, f"wrapped the model handed to {family.name}() with roundpipe.RoundPipe"))
+        plan.rewrites.append((statement, handed_note(facts, init, "wrapped with roundpipe.RoundPipe: the model")))
     plan.wrapped_models.append((family, model, 0))  # type: ignore[arg-type]
     return True

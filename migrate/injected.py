@@ -26,7 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .attributes import InstanceFamily
-from .handed_in import constructions, constructor_argument
+from .handed_in import constructions, constructor_argument, handed_note
 from .plan import Blocked
 from .syntax import code
 
@@ -99,6 +99,7 @@ def injected_attribute(
             f"`{code(site)}` hands {family.name} `{code(passed)}` as its scaler, which the migration cannot "
             "follow to a torch GradScaler built in this file; left untouched",
         )
+    rules.plan.rewrites.append((statement, handed_note(facts, init, f"{code(target)}: every scaler")))
     return family, target.attr.value
 
 

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 import libcst as cst
 
 from .diagnostics import Diagnostic, FileResult, Rewrite
-from .engine import migrate_source
+from .engine import SCALER_USE, migrate_source
 from .header import add_header
+from .prefilter import might_use_amp
 
 if TYPE_CHECKING:
     from .project import ProjectFile
@@ -64,11 +65,12 @@ def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
             for base in node.bases
             if isinstance(base, ast.Name) and base.id in imported
         }
-        built = {
+        built = {  # trainer classes only: a file of datasets or models takes no part
             imported[node.func.id]
             for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
         }
+        built = {target for target in built if _mentions_amp(files[target].source)}
         if bases | built:
             groups.append([*sorted(bases | built), path])
     return groups
@@ -132,6 +134,10 @@ def migrate_joined(
     for path in results:
         results[path].wrapped_models = list(joined.wrapped_models)
     return results
+
+
+def _mentions_amp(source: str) -> bool:
+    return might_use_amp(source) or SCALER_USE.search(source) is not None
 
 
 def _classes(tree: Optional[ast.Module]) -> Set[str]:

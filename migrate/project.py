@@ -31,6 +31,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
+from .handed_in import HANDED_NOTE
 from .joined_classes import join_groups, migrate_joined, shared_names
 from .prefilter import might_use_amp
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
@@ -109,7 +110,7 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
     joined = _migrate_joined_classes(files, results, exact, wrappers)
     _refuse_models_handed_across(files, results, contexts, joined)
     _refuse_instances_reached_across(files, results)
-    _name_wrapper_users(files, results, wrappers, joined)
+    _name_wrapper_users(files, results, wrappers, set(joined))
     _keep_components_consistent(files, results)
 
 
@@ -128,10 +129,19 @@ def _migrate_joined_classes(
     for group in join_groups(files):
         blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
         scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
-        if set(taken) & set(group) or not (blocked or scaling_base):
+        handed = _handed_elsewhere(files, results, group)
+        if set(taken) & set(group) or not (blocked or scaling_base or handed):
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if joined is None:
+            for path, name in handed:  # its constructions there are not followed: unchanged
+                _refuse(
+                    results[path],
+                    1,
+                    f"{name}() is built in {group[-1]}, which cannot be analysed with this file (it binds a "
+                    "top-level name differently or has a __future__ import), so what it hands the class "
+                    "is not followed; file left unchanged",
+                )
             continue
         taken.update({path: frozenset(group) for path in group})
         for path, outcome in joined.items():  # in place: the caller may hold the result objects
@@ -139,6 +149,22 @@ def _migrate_joined_classes(
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
     return taken
+
+
+def _handed_elsewhere(
+    files: Mapping[str, ProjectFile], results: Mapping[str, FileResult], group: List[str]
+) -> List[Tuple[str, str]]:
+    """(file, class) for each class of a changed file of ``group`` whose migration follows
+    what its constructions in that file hand it (:data:`~migrate.handed_in.HANDED_NOTE`)
+    and that the group's last file builds too."""
+    builder = files[group[-1]].tree
+    calls = ast.walk(builder) if builder is not None else ()
+    built = {n.func.id for n in calls if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    found = []
+    for path in group[:-1]:
+        names = {m.group(1) for r in results[path].rewrites for m in [HANDED_NOTE.search(r.description)] if m}
+        found += [(path, name) for name in sorted(names & built)] if results[path].changed else []
+    return found
 
 
 def _base_names(project_file: ProjectFile) -> Set[str]:

@@ -315,14 +315,19 @@ class TorchAmpRules:
     def _reported_here(self, assign: cst.Assign) -> bool:
         """Mark the instance attributes ``assign`` binds as reported (their backwards are not
         reported again); False when it binds none."""
-        attributes = [t.target for t in assign.targets if self._instance_attribute(t.target)]
-        for attribute in attributes:
-            self._attribute_scalers.add((self.attributes.family_of_attribute(attribute), attribute.attr.value))
-        return bool(attributes)
+        attributes = [t.target for t in assign.targets if isinstance(t.target, cst.Attribute)]
+        families = [(self.attributes.family_of_attribute(a), a.attr.value) for a in attributes]
+        followed = [(family, attr) for family, attr in families if family is not None]
+        self._attribute_scalers.update(followed)
+        return bool(followed)
 
     def _follow_injected(self, assign: cst.Assign, at: cst.CSTNode, depth: int) -> None:
         """``self.scaler = scaler`` in ``__init__``: the attribute, once, when every scaler
         it can hold is followed from this module (:mod:`migrate.injected`); else refused."""
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        family = self.attributes.family_of_attribute(target) if isinstance(target, cst.Attribute) else None
+        if family is not None and (family, target.attr.value) in self._attribute_scalers:  # type: ignore[union-attr]
+            return  # followed, or reported, from another scaler reaching it
         try:
             found = injected_attribute(self, assign)
         except Blocked:
@@ -332,9 +337,8 @@ class TorchAmpRules:
             self._refuse_injected(assign, at)
             return
         family, attr = found
-        if (family, attr) not in self._attribute_scalers:
-            self._attribute_scalers.add((family, attr))
-            self._follow_scaler(family.follow(attr, SCALER_READS).reference, family, depth + 1)
+        self._attribute_scalers.add((family, attr))
+        self._follow_scaler(family.follow(attr, SCALER_READS).reference, family, depth + 1)
 
     def _instance_attribute(self, target: cst.BaseExpression) -> bool:
         """``self.x``, with ``self`` the instance parameter of a method of a class."""

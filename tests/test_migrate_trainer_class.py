@@ -650,3 +650,28 @@ def test_files_that_bind_one_name_differently_are_not_joined():
     results = _migrate_files({"hooks.py": mixins, "main.py": SUBCLASS}, exact=True)
     assert not any(r.changed for r in results.values())
     assert "RPM120" in [d.code for d in results["main.py"].diagnostics]
+
+
+@pytest.mark.parametrize(
+    "other, migrated",
+    [
+        ("net = torch.nn.Linear(6, 3)\nTrainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n", True),
+        (
+            "def main():\n    net = torch.nn.Linear(6, 3)\n"
+            "    Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n",
+            False,
+        ),
+    ],
+    ids=["joined with its builder", "builder not joinable"],
+)
+def test_a_trainer_handed_objects_is_migrated_with_every_file_that_builds_it_or_not_at_all(other, migrated):
+    trainer = HANDED.replace("\n\nmain()\n", "\n")
+    other = "import torch\n\nfrom trainer import Trainer\n\n" + other
+    results = _migrate_files({"trainer.py": trainer, "other.py": other}, exact=True)
+    if migrated:
+        assert "net = roundpipe.RoundPipe(net, " in results["other.py"].migrated
+        assert all(r.status == "migrated" for r in results.values())
+    else:  # other.py's main() clashes with trainer.py's: what it hands Trainer() is not followed
+        assert not any(r.changed for r in results.values())
+        assert [d.code for d in results["trainer.py"].diagnostics] == ["RPM110"]
+        assert "Trainer() is built in other.py" in results["trainer.py"].diagnostics[0].message
