@@ -15,8 +15,8 @@ where it reads them, and the diagnostics and rewrites go back to the file and li
 
 Joined only when it is certain that one module means the same as the files: no top-level
 name is bound in two of the files (other than by the very same import line, or the import
-of a base from its file), and no file has a ``from __future__`` import (it must open its
-module).
+of a base from its file). A one-line ``from __future__`` import, which must open its module,
+is a comment while the files are joined and comes back in its place.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ __all__ = ["join_groups", "migrate_joined", "shared_names"]
 
 _MARKER = "__roundpipe_migrate_part__ = {index}  # joined part {index}\n"
 _MARKER_LINE = re.compile(r"^__roundpipe_migrate_part__ = (\d+)  # joined part \d+\n", re.M)
+_FUTURE = re.compile(r"^(from __future__ import [\w, ]+\n)", re.M)
+_FUTURE_KEPT = "# roundpipe-migrate joined: "  # a __future__ import, kept as a comment
 _CONSTANT = re.compile(r"^(\w+) = 1  # roundpipe-migrate: microbatches per batch", re.M)
 
 
@@ -97,7 +99,9 @@ def migrate_joined(
     if not _joinable(parts, joins):
         return None
     texts = [
-        _MARKER.format(index=index) + source + ("" if source.endswith("\n") else "\n")
+        _MARKER.format(index=index)
+        + _FUTURE.sub(_FUTURE_KEPT + r"\1", source)
+        + ("" if source.endswith("\n") else "\n")
         for index, (_, source) in enumerate(parts)
     ]
     offsets = []
@@ -119,6 +123,7 @@ def migrate_joined(
         return None
     constant = _CONSTANT.search(joined.migrated)
     for (path, source), text in zip(parts, migrated):
+        text = text.replace(_FUTURE_KEPT, "")
         if text == source:
             continue
         with_header = add_header(cst.parse_module(text), constant.group(1) if constant else "").code
@@ -150,14 +155,17 @@ def _defined(tree: Optional[ast.Module]) -> Set[str]:
 
 
 def _joinable(parts: Sequence[Tuple[str, str]], joins: Set[Tuple[str, str]]) -> bool:
-    """No part has a ``__future__`` import, and no top-level name is bound by two parts
-    other than by identical import lines or by the import of a base from its part."""
+    """No part has a ``__future__`` import over several lines, and no top-level name is
+    bound by two parts other than by identical import lines or by the import of a base
+    from its part."""
     bound: Dict[str, Tuple[str, str]] = {}  # name -> (part, how: the import line, or "")
     for path, source in parts:
         tree = ast.parse(source)
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-                return False
+                if node.end_lineno != node.lineno or not _FUTURE.search(source):
+                    return False
+                continue
             for name, how in _top_level_names(node, source):
                 if (path, name) in joins:
                     continue

@@ -139,7 +139,7 @@ def _migrate_joined_classes(
                     results[path],
                     1,
                     f"{name}() is built in {group[-1]}, which cannot be analysed with this file (it binds a "
-                    "top-level name differently or has a __future__ import), so what it hands the class "
+                    "top-level name differently), so what it hands the class "
                     "is not followed; file left unchanged",
                 )
             continue

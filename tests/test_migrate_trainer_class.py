@@ -675,3 +675,16 @@ def test_a_trainer_handed_objects_is_migrated_with_every_file_that_builds_it_or_
         assert not any(r.changed for r in results.values())
         assert [d.code for d in results["trainer.py"].diagnostics] == ["RPM110"]
         assert "Trainer() is built in other.py" in results["trainer.py"].diagnostics[0].message
+
+
+def test_joined_files_keep_their_future_imports_where_they_were(tmp_path):
+    future = "from __future__ import annotations\n\n"
+    files = {"hooks.py": future + MIXINS, "main.py": '"""Trainer."""\n' + future + SUBCLASS}
+    results = _migrate_files(files, exact=True)
+    assert [r.status for r in results.values()] == ["migrated", "migrated"]
+    assert results["hooks.py"].migrated.startswith(future)
+    assert results["main.py"].migrated.startswith(
+        '"""Trainer."""\nfrom __future__ import annotations\n\nimport roundpipe\n'
+    )
+    migrated = {path: result.migrated for path, result in results.items()}
+    assert _run_project(migrated, tmp_path, "exact") == _run_project(files, tmp_path, "original")
