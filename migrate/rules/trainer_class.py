@@ -147,7 +147,7 @@ class Trainer:
         self.model = model
         self.args = args
         self.optimizer = optimizer
-        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cuda", enabled=args.fp16)
+        self.scaler = scaler or torch.amp.GradScaler("cuda", enabled=args.fp16)
 
     def create_optimizer(self):
         if self.optimizer is None:
@@ -347,7 +347,7 @@ RULE = Rule(
         Example(
             _INJECTED_LAZY,
             expect=(
-                "        self.scaler = scaler if scaler is not None else roundpipe.GradScaler(\n",
+                "        self.scaler = scaler or roundpipe.GradScaler(enabled=args.fp16 and torch.cuda.is_available())\n",
                 "    scaler = roundpipe.GradScaler(init_scale=1024.0, enabled=torch.cuda.is_available())\n"
                 "    model = roundpipe.RoundPipe(",
                 "            self.optimizer = torch.optim.AdamW(self.model.optim_parameters(), lr=self.args.lr)",
