@@ -117,6 +117,9 @@ class InstanceFamily:
         writes = [node for node in uses if _is_target(self.facts, node)]
         if not writes:
             raise Blocked(uses[0] if uses else self.classes[0], _CODE, f"self.{attr} is never bound in {self.name}")
+        lazy = _lazy_binding(self, writes) if len(writes) == 2 else None  # `if self.x is None: self.x = ...`
+        skipped = [w for w in writes if w is not lazy] if lazy is not None else []
+        writes = [lazy] if lazy is not None else writes
         statement = self.facts.statement_of(writes[0])
         if len(writes) > 1:
             lines = ", ".join(str(self.facts.line(w)) for w in writes)
@@ -144,7 +147,7 @@ class InstanceFamily:
                     f"(line {self.facts.line(writes[0])}); left untouched",
                 )
         self._check_outside(attr, outside_reads)
-        reads = tuple(sorted((u for u in uses if u is not writes[0]), key=self.facts.order))
+        reads = tuple(sorted((u for u in uses if u is not writes[0] and u not in skipped), key=self.facts.order))
         assert isinstance(statement, cst.SimpleStatementLine) and isinstance(small, cst.Assign)
         return TrackedAttribute(reference, statement, small.value, reads)
 
@@ -157,6 +160,8 @@ class InstanceFamily:
         for node in self.facts.subtree(self.facts.module, cst.Attribute):
             if node.attr.value != attr or self._through_receiver(node) or not self._may_be_instance(node.value):
                 continue
+            if self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is not None:
+                continue  # `from torch.optim.lr_scheduler import LambdaLR`: a module's name
             parent = self.facts.parent(node)
             if tests_presence(parent, node):
                 continue
@@ -348,6 +353,12 @@ class InstanceAttributes:
         if isinstance(base, cst.Name) and base.value == "object":
             return True
         return bool(names) and all(name.startswith(_LIBRARY_BASES) for name in names)
+
+
+def _lazy_binding(family: InstanceFamily, writes: List[cst.Attribute]) -> Optional[cst.Attribute]:
+    from .lazy_attributes import lazy_binding  # it reads constructions, which need the family
+
+    return lazy_binding(family, writes)
 
 
 def check_wrap(family: InstanceFamily, model: str, optimizer: Binding) -> None:

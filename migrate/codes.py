@@ -177,7 +177,8 @@ _CODES: Tuple[Code, ...] = (
         "the scaler, model or optimizer lives on `self`, but the attribute is bound more than once, "
         "not by a plain assignment or not in `__init__` before its optimizer (the model), spelled "
         "through another instance name, used from outside the class other than by read-only "
-        "scaler methods, or the class derives from a class of another file (a mixin)",
+        "scaler methods, the class derives from a class of a file not given (a mixin), or a "
+        "scaler handed to the constructor may be one the program does not show",
         "the object the attribute holds at the step is not certain",
         "`self.scaler = GradScaler()` in `__init__` and `self.scaler = None` in `close()`",
         "bind the attribute once in `__init__` and use it only in the class, or migrate by hand",

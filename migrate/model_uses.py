@@ -12,6 +12,7 @@ from .parallel import other_trainer
 from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
+from .split_step import calls_own_method
 from .state_helpers import state_only_parameter
 from .state_objects import StateField
 from .synchronize import Synchronizations
@@ -201,7 +202,7 @@ class ModelUses:
         if not self.rules.plan.wrapped_models:
             return
         for call in self.facts.backward_calls:
-            if any(a in steps for a in self.facts.ancestors(call)):
+            if any(a in steps for a in self.facts.ancestors(call)) or calls_own_method(self.rules, call):
                 continue
             raise Blocked(
                 call,

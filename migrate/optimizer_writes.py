@@ -26,7 +26,8 @@ __all__ = ["is_scheduler", "optimizer_writes"]
 
 def is_scheduler(rules: "TorchAmpRules", name: str, at: cst.CSTNode) -> bool:
     """``name`` (a name or ``self.attribute`` read at ``at``) holds a learning-rate scheduler:
-    it is bound by a call of ``torch.optim.lr_scheduler``, or it is named like one (``sched``
+    it is bound by a call of ``torch.optim.lr_scheduler`` or of a function of the module
+    returning one, or it is named like one (``sched``
     in the name: a scheduler built by a helper, handed in as a parameter, or held in an
     attribute the rules do not follow). Raises :class:`Blocked` for a plain name that the
     file does not bind."""
@@ -37,9 +38,25 @@ def is_scheduler(rules: "TorchAmpRules", name: str, at: cst.CSTNode) -> bool:
         if "." not in name:
             raise
     if binding is not None and isinstance(binding.value, cst.Call):
-        if rules.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX]):
+        if rules.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX]) or _returns_scheduler(
+            rules.facts, binding.value
+        ):
             return True
     return "sched" in name.lower()
+
+
+def _returns_scheduler(facts: ModuleFacts, call: cst.Call) -> bool:
+    """``call`` calls a function of this module whose every ``return`` builds a torch
+    learning-rate scheduler (``return LambdaLR(optimizer, factor)``)."""
+    function = facts.local_function(call)
+    returns = [
+        r
+        for r in (facts.subtree(function, cst.Return) if function is not None else [])
+        if facts.enclosing(r, (cst.FunctionDef,)) is function
+    ]
+    return bool(returns) and all(
+        isinstance(r.value, cst.Call) and facts.calls_prefix(r.value, [LR_SCHEDULER_PREFIX]) for r in returns
+    )
 
 
 def optimizer_writes(

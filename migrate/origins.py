@@ -9,11 +9,12 @@ has two origins for its optimizer parameter, and each is wrapped where it is bui
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, List
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
+from .handed_in import constructions, constructor_argument, constructor_parameter
 from .names import argument_for
 from .plan import Binding, Blocked
 from .syntax import only_assignment
@@ -38,6 +39,9 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     call expression on a line of its own statement."""
     facts = rules.facts
     binding = rules._binding(name, at)
+    handed = constructor_parameter(facts, binding)  # `self.model = model` in __init__
+    if handed is not None and depth <= _MAX_DEPTH:
+        return _through_constructions(rules, binding, *handed, depth)
     if binding.statement is not None:
         return _exclusive_branches(rules, binding, at) or [binding]
     function = facts.function_of(binding.scope)
@@ -50,9 +54,25 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
             "RPM108",
             f"{function.name.value}() is not called in this file; its model/optimizer cannot be followed",
         )
+    return _passed(rules, name, [(site, argument_for(site, function, name)) for site in sites], depth)
+
+
+def _through_constructions(
+    rules: "TorchAmpRules", binding: Binding, init: cst.FunctionDef, param: str, depth: int
+) -> List[Binding]:
+    """The origins of an attribute bound from ``init``'s ``param``: what every
+    construction of the class passes for it (:mod:`migrate.handed_in`)."""
+    sites = constructions(rules.facts, binding.scope, init)  # type: ignore[arg-type]
+    return _passed(rules, param, [(site, constructor_argument(site, init, param)) for site in sites], depth)
+
+
+def _passed(
+    rules: "TorchAmpRules", name: str, passed: List[Tuple[cst.Call, Optional[cst.BaseExpression]]], depth: int
+) -> List[Binding]:
+    """The origins of the values call sites pass for the parameter ``name``, each once."""
+    facts = rules.facts
     found: List[Binding] = []
-    for site in sites:
-        value = argument_for(site, function, name)
+    for site, value in passed:
         held = rules.state_objects.reference(value)  # `train(state.model, state.optimizer)`
         if isinstance(value, cst.Name):
             reached = origins(rules, value.value, site, depth + 1)

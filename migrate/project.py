@@ -26,10 +26,13 @@ from __future__ import annotations
 import ast
 import posixpath
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from types import MappingProxyType
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import SCALER_USE, migrate_source
+from .handed_in import HANDED_NOTE
+from .joined_classes import join_groups, migrate_joined, shared_names
 from .prefilter import might_use_amp
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
@@ -118,10 +121,71 @@ def reconcile(
             )
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
-    _refuse_models_handed_across(files, results, contexts)
+    joined = _migrate_joined_classes(files, results, exact, wrappers)
+    _refuse_models_handed_across(files, results, contexts, joined)
     _refuse_instances_reached_across(files, results)
-    _name_wrapper_users(files, results, wrappers)
+    _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
+
+
+def _migrate_joined_classes(
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    exact: bool,
+    wrappers: Mapping[Tuple[str, str], int],
+) -> Dict[str, FrozenSet[str]]:
+    """A class deriving from classes of other given files (mixins), where some of those
+    files could not migrate alone or a base scales a loss and calls backward: the files are
+    analysed as one module (:mod:`migrate.joined_classes`) and take that outcome; a file
+    taking part in two such groups keeps its own. Returns, for each file given a joined
+    outcome, the files of its group."""
+    taken: Dict[str, FrozenSet[str]] = {}
+    for group in join_groups(files):
+        blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
+        scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
+        handed = _handed_elsewhere(files, results, group)
+        if set(taken) & set(group) or not (blocked or scaling_base or handed):
+            continue
+        joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
+        if joined is None:
+            for path, name in handed:  # its constructions there are not followed: unchanged
+                _refuse(
+                    results[path],
+                    1,
+                    f"{name}() is built in {group[-1]}, which cannot be analysed with this file (it binds a "
+                    "top-level name differently), so what it hands the class "
+                    "is not followed; file left unchanged",
+                )
+            continue
+        taken.update({path: frozenset(group) for path in group})
+        for path, outcome in joined.items():  # in place: the caller may hold the result objects
+            result = results[path]
+            result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
+            result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
+    return taken
+
+
+def _handed_elsewhere(
+    files: Mapping[str, ProjectFile], results: Mapping[str, FileResult], group: List[str]
+) -> List[Tuple[str, str]]:
+    """(file, class) for each class of a changed file of ``group`` whose migration follows
+    what its constructions in that file hand it (:data:`~migrate.handed_in.HANDED_NOTE`)
+    and that the group's last file builds too."""
+    builder = files[group[-1]].tree
+    calls = ast.walk(builder) if builder is not None else ()
+    built = {n.func.id for n in calls if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    found = []
+    for path in group[:-1]:
+        names = {m.group(1) for r in results[path].rewrites for m in [HANDED_NOTE.search(r.description)] if m}
+        found += [(path, name) for name in sorted(names & built)] if results[path].changed else []
+    return found
+
+
+def _base_names(project_file: ProjectFile) -> Set[str]:
+    """The plain names the file's top-level classes derive from."""
+    tree = project_file.tree
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)] if tree is not None else []
+    return {base.id for c in classes for base in c.bases if isinstance(base, ast.Name)}
 
 
 # ---------------------------------------------------------------- parsing and imports
@@ -279,7 +343,10 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
 
 
 def _refuse_models_handed_across(
-    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], contexts: Mapping[str, WrapperContext]
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    contexts: Mapping[str, WrapperContext],
+    joined: Mapping[str, AbstractSet[str]] = MappingProxyType({}),
 ) -> None:
     """A wrapped model passed to a function of another given file: what that function does
     with it (checkpoint keys, evaluation, another trainer) is not followed across files,
@@ -296,6 +363,8 @@ def _refuse_models_handed_across(
         for node in ast.walk(ast.parse(result.migrated)):
             callee = _callee(node, imported) if isinstance(node, ast.Call) else None
             passed = _names_passed(node, wrapped) if callee is not None else []
+            if callee is not None and callee[1] in joined.get(path, ()):
+                continue  # analysed with this file as one module (migrate.joined_classes)
             if callee is not None and passed and callee[0] in contexts.get(path, WrapperContext()).classes:
                 continue  # `Wrapper(model=model)`: the migrated wrapper is given the model it steps
             if (
@@ -572,14 +641,22 @@ def _is_name_in(node: ast.expr, names: Set[str]) -> bool:
 
 
 def _name_wrapper_users(
-    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], wrappers: Mapping[Tuple[str, str], int]
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    wrappers: Mapping[Tuple[str, str], int],
+    joined: Mapping[str, FrozenSet[str]],
 ) -> None:
-    """A file using a loss-scaler wrapper of another given file is migrated or named."""
+    """A file using a loss-scaler wrapper of another given file is migrated or named. A file
+    analysed with its bases' files as one module (``joined``: its group) is accounted for
+    when that analysis refused nothing; where it refused a file of the group, it is named."""
     if not wrappers:
         return
     for path, project_file in files.items():
         result = results[path]
         if project_file.tree is None or result.changed or result.diagnostics:
+            continue
+        group = joined.get(path, frozenset())
+        if group and not any(not d.is_info for other in group for d in results[other].diagnostics):
             continue
         for edge in project_file.imports:
             if results[edge.target].changed:

@@ -23,7 +23,7 @@ from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
-from .syntax import code, dotted, names_outside, only_assignment, written_and_read
+from .syntax import code, dotted, method_call, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -85,7 +85,9 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
 
 def on_copies(builder: "StepBuilder", statement: cst.BaseStatement, model: str) -> None:
     """``model.parameters()`` in a moved statement measures the optimizer copies."""
-    for call in m.findall(statement, m.Call(func=m.Attribute(value=m.Name(model), attr=m.Name("parameters")))):
+    for call in m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+        if not method_call(call, model, "parameters"):  # `model` may be dotted (`self.model`)
+            continue
         assert isinstance(call, cst.Call)
         builder.rules.plan.edits.replace_expression(
             call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
@@ -114,7 +116,8 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
             written += sorted(_bound(statement) - set(written))
     if not written:
         return EscapingValues((), None, ())
-    function = facts.enclosing(builder.backward, (cst.FunctionDef,))
+    home = statements[0] if statements else builder.backward  # the step's own method, if split
+    function = facts.enclosing(home, (cst.FunctionDef,))
     root = function if isinstance(function, cst.FunctionDef) else facts.module
     moved: Set[cst.CSTNode] = set(statements)
     outside = names_outside(facts, root, moved)
@@ -123,7 +126,7 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
         return EscapingValues((), None, ())
     if not isinstance(function, cst.FunctionDef):
         return EscapingValues(names, cst.parse_statement(f"global {', '.join(names)}\n"), ())  # type: ignore[arg-type]
-    scope = facts.scope(builder.backward)
+    scope = facts.scope(home)
     unbound = [
         n
         for n in names

@@ -15,11 +15,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from . import joint_steps, multi_step, optimizer_wrappers, step_decisions
+from . import joint_steps, multi_step, optimizer_wrappers, split_step, step_decisions
 from .aliases import spellings
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
 from .edits import carry_comments, drop_keeping_comments
+from .handed_in import handed_model, plan_handed_wrap
 from .names import CLIP_FUNCTIONS
 from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import is_scheduler, optimizer_writes
@@ -92,6 +93,8 @@ class StepBuilder:
         if multi_step.feeds_later_backward(self):
             return
         found = self._find_step_group()
+        if split_step.planned_already(self, found):
+            return
         refuse_step_chosen_by_a_measure(self, found)
         if joint_steps.steps_several(self, found):
             joint_steps.plan_joint_steps(self, found)
@@ -103,6 +106,8 @@ class StepBuilder:
         group = list(found.statements)
         self.trained = (optimizer, model)
         self.rules.plan.trained_models[self.backward] = model
+        if split_step.plan_detached(self, found, optimizer, model):
+            return
         try:
             multi_step.check_fusable(self)
             region = self._forward_region(model, optimizer)
@@ -255,6 +260,11 @@ class StepBuilder:
             block, body = outer, list(outer.body)
             assert isinstance(loop, (cst.For, cst.While, cst.With))  # climbable, or a no_sync/nullcontext block
             after = body.index(loop)
+        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+        wrapper = isinstance(function, cst.FunctionDef) and optimizer_wrappers.split_step_reason(self, function)
+        detached = None if wrapper else split_step.detached_group(self)  # the optimizer work in another method
+        if detached is not None:  # (an optimizer wrapper's methods are called in turn: no one step to move)
+            return detached
         raise Blocked(
             self.backward,
             "RPM106",
@@ -437,6 +447,8 @@ class StepBuilder:
             )
         guard, aliases = None, set()  # DDP guards and aliases are followed for names only
         if isinstance(built.scope, InstanceFamily):
+            if plan_handed_wrap(self, built, model_outer, parameter_calls):  # `Trainer(model)`: wrapped there
+                return model_outer, model_outer
             check_wrap(built.scope, model_outer, built)
         else:
             guard = find_ddp_guard(self.facts, built, model_outer)  # `if args.distributed: model = DDP(model)`
@@ -466,6 +478,9 @@ class StepBuilder:
         step_scope = self.facts.scope(self.backward)
         if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
             return model_outer
+        handed = handed_model(self, model_outer, built)  # `Trainer(model, optimizer)`: `self.model`
+        if handed is not None:
+            return handed
         function = self.facts.function_of(step_scope)
         fed = next(parameters_fed(self.rules, function, model_outer, built.scope), None) if function else None
         if fed is not None:

@@ -32,6 +32,8 @@ from libcst.metadata import Assignment, Scope
 
 from .attributes import InstanceAttributes, InstanceFamily
 from .edits import drop_keeping_comments
+from .handed_in import constructed_init
+from .injected import injected_attribute
 from .names import SCALER_STATE_METHODS, ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
@@ -202,9 +204,15 @@ class TorchAmpRules:
             return True
         try:
             tracked = family.follow(owner.attr.value, SCALER_READS)  # type: ignore[attr-defined]
+            small = tracked.statement.body[0]
+            injected = isinstance(small, cst.Assign) and injected_attribute(self, small, self._other_scaler)
         except Blocked:
             return False
-        return self._built_by_other_call(tracked.statement)
+        return self._built_by_other_call(tracked.statement) or bool(injected)
+
+    def _other_scaler(self, _: "TorchAmpRules", value: cst.BaseExpression) -> bool:
+        """``value`` is a known call that is not a torch GradScaler (RoundPipe's own)."""
+        return isinstance(value, cst.Call) and self._known_other_call(value)
 
     def _state_scaler_not_torch(self, owner: cst.BaseExpression) -> bool:
         """``owner`` (``state["scaler"]``, ``state.scaler``) reads a field of a state object
@@ -330,7 +338,9 @@ class TorchAmpRules:
             and (isinstance(small.targets[0].target, cst.Name) or self._instance_attribute(small.targets[0].target))
         ):
             if isinstance(small, cst.Assign) and isinstance(small.value, (cst.IfExp, cst.BooleanOperation)):
-                self._refuse_injected(small, call)
+                self._rewrite_constructor(call, self.facts.scaler_kind(call))
+                self._follow_injected(small, call, 0)  # `self.scaler = scaler or GradScaler()`
+                return
             raise Blocked(
                 call,
                 "RPM105",
@@ -354,12 +364,8 @@ class TorchAmpRules:
         """``self.scaler = scaler if scaler is not None else GradScaler()``, ``... or
         GradScaler()``, or ``self.scaler = scaler`` after ``if scaler is None: scaler =
         GradScaler()``: the attribute may hold a scaler handed in by the caller."""
-        attributes = [t.target for t in assign.targets if isinstance(t.target, cst.Attribute)]
-        attributes = [a for a in attributes if self._instance_attribute(a)]
-        if not attributes:
+        if not self._reported_here(assign):
             return
-        for attribute in attributes:  # reported here: its backward is not reported again
-            self._attribute_scalers.add((self.attributes.family_of_attribute(attribute), attribute.attr.value))
         raise Blocked(
             at,
             "RPM120",
@@ -367,6 +373,34 @@ class TorchAmpRules:
             "(built elsewhere, so not followed) instead of this GradScaler; build the scaler in the "
             "class unconditionally, or migrate by hand",
         )
+
+    def _reported_here(self, assign: cst.Assign) -> bool:
+        """Mark the instance attributes ``assign`` binds as reported (their backwards are not
+        reported again); False when it binds none."""
+        attributes = [t.target for t in assign.targets if isinstance(t.target, cst.Attribute)]
+        families = [(self.attributes.family_of_attribute(a), a.attr.value) for a in attributes]
+        followed = [(family, attr) for family, attr in families if family is not None]
+        self._attribute_scalers.update(followed)
+        return bool(followed)
+
+    def _follow_injected(self, assign: cst.Assign, at: cst.CSTNode, depth: int) -> None:
+        """``self.scaler = scaler`` in ``__init__``: the attribute, once, when every scaler
+        it can hold is followed from this module (:mod:`migrate.injected`); else refused."""
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        family = self.attributes.family_of_attribute(target) if isinstance(target, cst.Attribute) else None
+        if family is not None and (family, target.attr.value) in self._attribute_scalers:  # type: ignore[union-attr]
+            return  # followed, or reported, from another scaler reaching it
+        try:
+            found = injected_attribute(self, assign)
+        except Blocked:
+            self._reported_here(assign)
+            raise
+        if found is None:
+            self._refuse_injected(assign, at)
+            return
+        family, attr = found
+        self._attribute_scalers.add((family, attr))
+        self._follow_scaler(family.follow(attr, SCALER_READS).reference, family, depth + 1)
 
     def _instance_attribute(self, target: cst.BaseExpression) -> bool:
         """``self.x``, with ``self`` the instance parameter of a method of a class."""
@@ -450,11 +484,15 @@ class TorchAmpRules:
                 for target_scope, target, _ in targets:  # `return model, scaler` of a setup function
                     self._follow_scaler(target, target_scope, depth + 1)
             elif isinstance(parent, cst.Assign) and parent.value is access:
-                self._refuse_injected(parent, access)
+                self._follow_injected(parent, access, depth)
                 for bound in parent.targets:  # `amp_scaler = state["scaler"]`: the same scaler
                     scope_here = self.facts.scope(parent)
                     if isinstance(bound.target, cst.Name) and scope_here is not None:
                         self._follow_scaler(bound.target.value, scope_here, depth + 1)
+            elif isinstance(parent, (cst.IfExp, cst.BooleanOperation)) and isinstance(
+                assign := self.facts.parent(parent), cst.Assign
+            ):  # `self.scaler = scaler if scaler is not None else GradScaler()`
+                self._follow_injected(assign, access, depth)
             else:
                 raise Blocked(
                     access,
@@ -464,7 +502,8 @@ class TorchAmpRules:
 
     def _follow_into_function(self, arg: cst.Arg, name: str, depth: int) -> None:
         call = self.facts.parent(arg)
-        function = self.facts.local_function(call)
+        assert call is not None  # an argument's call
+        function = self.facts.local_function(call) or constructed_init(self.facts, call)  # `Trainer(scaler=...)`
         if function is None:
             if isinstance(call, cst.Call) and state_only_parameter(self.state_helpers, call, arg) is not None:
                 return  # a checkpoint helper of another file: the scaler's state dict is torch's
@@ -495,6 +534,8 @@ class TorchAmpRules:
 
     def _parameter_for(self, call: cst.Call, function: cst.FunctionDef, arg: cst.Arg) -> str:
         names = [p.name.value for p in function.params.params]
+        if self.facts.local_function(call) is not function:  # `Class(...)` calls its __init__ without `self`
+            names = names[1:]
         if arg.keyword is not None:
             return arg.keyword.value
         index = list(call.args).index(arg)

@@ -151,8 +151,9 @@ def _migrated(source: str, exact: bool) -> str:
     return result.migrated
 
 
-@pytest.mark.parametrize("source", [FUSED, AUTOGRAD], ids=["fused", "autograd"])
+@pytest.mark.parametrize("source", ["FUSED", "AUTOGRAD", "SPLIT"], ids=["fused", "autograd", "split"])
 def test_migrated_trainer_prints_the_original_numbers(source, tmp_path):
+    source = globals()[source]  # SPLIT is defined further down, with its own tests
     original = _run(source, tmp_path, "original.py")
     assert len(STEP.findall(original)) >= 8
     assert _run(_migrated(source, exact=True), tmp_path, "exact.py") == original
@@ -277,12 +278,14 @@ REFUSALS = {
         ("derives from `LoggingMixin`",),
     ),
     "scaler injected": (
-        FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
+        FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):")
+        .replace(
             '        self.scaler = torch.amp.GradScaler("cpu"',
             '        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu"',
-        ),
-        "        self.scaler = scaler if",
-        ("handed in by the caller",),
+        )
+        .replace("    resumed = Trainer()\n", "    resumed = Trainer(scaler=trainer.scaler)\n"),
+        "    resumed = Trainer(scaler=trainer.scaler)",
+        ("hands Trainer `trainer.scaler` as its scaler", "cannot follow"),
     ),
 }
 
@@ -294,12 +297,31 @@ def test_a_trainer_the_rules_cannot_account_for_is_refused_at_the_statement(name
     _refused(source, _line(source, text), *words)
 
 
-def test_an_injected_scaler_stored_after_a_none_check_is_refused_once():
-    source = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
-        '        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)\n',
-        '        if scaler is None:\n            scaler = torch.amp.GradScaler("cpu")\n        self.scaler = scaler\n',
-    )
-    _refused(source, _line(source, "        self.scaler = scaler\n"), "`self.scaler = scaler`")
+INJECTED = FUSED.replace("    def __init__(self, lr=0.05):", "    def __init__(self, lr=0.05, scaler=None):").replace(
+    '        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)\n',
+    '        if scaler is None:\n            scaler = torch.amp.GradScaler("cpu")\n        self.scaler = scaler\n',
+)
+
+
+@pytest.mark.parametrize(
+    "main",
+    [
+        "    trainer = Trainer()\n",
+        '    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)\n    trainer = Trainer(scaler=scaler)\n',
+    ],
+    ids=["built when none is given", "handed in by the caller"],
+)
+def test_an_injected_scaler_becomes_roundpipes_wherever_every_construction_shows_it(main, tmp_path):
+    source = INJECTED.replace("    trainer = Trainer()\n", main)
+    migrated = _migrated(source, exact=True)
+    assert "scaler = roundpipe.GradScaler(" in migrated and "torch.amp.GradScaler" not in migrated
+    assert _run(migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+
+
+def test_an_injected_scaler_of_a_class_built_elsewhere_is_refused_at_its_binding():
+    source = INJECTED.replace("\n\nmain()\n", "\n").replace("    trainer = Trainer()\n", "    trainer = make()\n")
+    source = source[: source.index("def main():")]  # the class is built in no function of this file
+    _refused(source, _line(source, "        self.scaler = scaler\n"), "`self.scaler = scaler`", "does not see")
 
 
 def test_read_only_scaler_uses_from_outside_are_fine_and_other_classes_attributes_are_their_own():
@@ -311,18 +333,148 @@ def test_read_only_scaler_uses_from_outside_are_fine_and_other_classes_attribute
     assert "print(self.model)" in _migrated(source, exact=True)
 
 
-def test_a_step_split_over_methods_is_refused_where_the_backward_is():
-    source = FUSED.replace(
-        "        self.scaler.scale(loss).backward()\n        self.scaler.unscale_(self.optimizer)\n",
-        "        self.backward(loss)\n        self.scaler.unscale_(self.optimizer)\n",
-    ).replace(
-        "    def set_lr(self, lr):\n",
-        "    def backward(self, loss):\n        self.scaler.scale(loss).backward()\n\n    def set_lr(self, lr):\n",
-    )
+SPLIT = """
+import torch
+
+
+class BackwardMixin:
+    def backward(self, loss):
+        self.grad_scaler.scale(loss).backward()
+
+
+class UpdateMixin:
+    def update_params(self):
+        self.grad_scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+        self.optimizer.zero_grad()
+        self.scheduler.step()
+        return norm
+
+
+class Trainer(BackwardMixin, UpdateMixin):
+    def __init__(self, clip=0.5):
+        self.model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3, gamma=0.5)
+        self.grad_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
+        self.clip = clip
+        self.iter = 0
+
+    def run_step(self, x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses = {"ce": torch.nn.functional.cross_entropy(self.model(x).float(), y)}
+        loss = sum(losses.values())
+        self.backward(loss)
+        norm = self.update_params()
+        self.iter += 1
+        return loss.detach(), norm
+
+
+def main():
+    torch.manual_seed(2)
+    gen = torch.Generator().manual_seed(7)
+    trainer = Trainer()
+    for _ in range(8):
+        loss, norm = trainer.run_step(torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen))
+        print(f"step {trainer.iter} loss {loss.item()!r} norm {norm.item()!r}")
+    print(f"final scale {trainer.grad_scaler.get_scale()!r}")
+
+
+main()
+"""
+
+
+def test_a_step_split_over_methods_takes_the_autograd_form_in_the_optimizer_method():
+    migrated = _migrated(SPLIT, exact=False)
+    assert "    def backward(self, loss):\n        self.grad_scaler.scale(loss).backward()\n" in migrated
+    assert (
+        "            norm = torch.nn.utils.clip_grad_norm_(self.model.optim_parameters(), self.clip)\n"
+        "            self.grad_scaler.step(self.optimizer)\n"
+        "            self.optimizer.zero_grad()\n            self.scheduler.step()\n\n"
+        "        self.model.step(_step_fn, is_async=False)\n        self.grad_scaler.update()\n        return norm\n"
+    ) in migrated  # the norm is read on the main thread: the step is waited for
+    assert "        self.backward(loss)\n        norm = self.update_params()\n" in migrated
+    result = migrate_source(SPLIT, "trainer.py")
+    assert any("another method (UpdateMixin.update_params())" in r.description for r in result.rewrites)
+
+
+HANDED = SPLIT.replace(
+    """    def __init__(self, clip=0.5):
+        self.model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+""",
+    """    def __init__(self, model, optimizer, clip=0.5):
+        self.model = model
+        self.optimizer = optimizer
+""",
+).replace(
+    "    trainer = Trainer()\n",
+    "    net = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))\n"
+    "    trainer = Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9), clip=0.5)\n",
+)
+
+
+def test_a_model_and_optimizer_handed_to_the_constructor_are_wrapped_where_the_caller_builds_them(tmp_path):
+    migrated = _migrated(HANDED, exact=True)
+    assert (
+        "    net = roundpipe.RoundPipe(net, model_run_config=roundpipe.RoundPipeRunConfig("
+        "num_microbatch=NUM_MICROBATCH))\n"
+        "    trainer = Trainer(net, torch.optim.SGD(net.optim_parameters(), lr=0.1, momentum=0.9), clip=0.5)\n"
+    ) in migrated
+    assert "        self.model.step(_step_fn, is_async=False)\n" in migrated
+    original = _run(HANDED, tmp_path, "original.py")
+    assert _run(migrated, tmp_path, "exact.py") == original
+    assert len(STEP.findall(_run(_migrated(HANDED, exact=False), tmp_path, "default.py"))) == 8
+
+
+@pytest.mark.parametrize(
+    "old, new, blocker",
+    [
+        (
+            "        self.optimizer = optimizer\n",
+            "        self.optimizer = optimizer\n        print(model)\n",
+            "`model`",
+        ),
+        ("    trainer = Trainer(net,", "    make = Trainer\n    trainer = make(net,", "`make = Trainer`"),
+        ("        self.model = model\n", "        self.model = torch.nn.Linear(6, 3)\n", "no attribute"),
+    ],
+    ids=["parameter used twice", "class aliased", "another model stepped"],
+)
+def test_what_a_constructor_is_handed_is_followed_only_where_every_construction_shows_it(old, new, blocker):
+    source = HANDED.replace(old, new, 1)
+    assert source != HANDED
     result = migrate_source(source, "trainer.py")
     assert result.migrated == source
-    split = [(d.code, d.line) for d in result.diagnostics if "backward() ends with it" in d.message]
-    assert split == [("RPM106", _line(source, "        self.scaler.scale(loss).backward()\n"))]
+    assert [d.code for d in result.diagnostics if blocker in d.message][:1] == ["RPM108"], [
+        d.format() for d in result.diagnostics
+    ]
+
+
+@pytest.mark.parametrize(
+    "old, new, blocker",
+    [
+        (
+            "        self.backward(loss)\n",
+            "        self.optimizer.zero_grad()\n        self.backward(loss)\n",
+            "zero_grad",
+        ),
+        (
+            "        return norm\n",
+            "        return norm\n\n    def extra_step(self):\n        self.grad_scaler.step(self.optimizer)\n",
+            "backward() ends with it",
+        ),
+    ],
+    ids=["zero_grad elsewhere", "two optimizer methods"],
+)
+def test_a_split_step_the_rules_cannot_account_for_is_refused_at_the_backward_or_the_blocker(old, new, blocker):
+    source = SPLIT.replace(old, new, 1)
+    result = migrate_source(source, "trainer.py")
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics if blocker in d.message][:1] == ["RPM106"], [
+        d.format() for d in result.diagnostics
+    ]
 
 
 def _project(main: str):
@@ -469,3 +621,106 @@ def test_builtin_names_near_a_trainer_are_no_instances_of_it(name, tmp_path):
     source = BUILTIN_NAMES[name]
     assert source != FUSED
     assert _run(_migrated(source, exact=True), tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+
+
+MIXINS = HANDED[: HANDED.index("class Trainer(")]  # the mixins, in a file of their own
+SUBCLASS = (
+    "import torch\n\nfrom hooks import BackwardMixin, UpdateMixin\n\n\n" + HANDED[HANDED.index("class Trainer(") :]
+)
+
+
+def _run_project(files, tmp_path, name: str) -> str:
+    import sys
+
+    folder = tmp_path / name
+    folder.mkdir()
+    for path, text in files.items():
+        (folder / path).write_text(text)
+    sys.path.insert(0, str(folder))
+    try:
+        return _run((folder / "main.py").read_text(), folder, "main.py")
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("hooks", None)
+
+
+def _migrate_files(files, exact: bool):
+    from migrate.project import migrate_project
+
+    return migrate_project(files, exact=exact)
+
+
+def test_mixins_of_another_file_are_analysed_with_their_subclass_and_print_the_same_numbers(tmp_path):
+    files = {"hooks.py": MIXINS, "main.py": SUBCLASS}
+    exact = _migrate_files(files, exact=True)
+    assert [r.status for r in exact.values()] == ["migrated", "migrated"], [
+        d.format() for r in exact.values() for d in r.diagnostics
+    ]
+    assert "self.model.step(_step_fn, is_async=False)" in exact["hooks.py"].migrated
+    assert "import roundpipe" not in exact["hooks.py"].migrated  # it reads nothing of roundpipe
+    assert "import roundpipe\n" in exact["main.py"].migrated and "NUM_MICROBATCH = 1" in exact["main.py"].migrated
+    lines = {_line(MIXINS, "        self.grad_scaler.scale(loss)"), _line(MIXINS, "        self.grad_scaler.unscale_")}
+    assert {r.line for r in exact["hooks.py"].rewrites} == lines  # the lines of hooks.py, not of the joined module
+    migrated = {path: result.migrated for path, result in exact.items()}
+    original = _run_project(files, tmp_path, "original")
+    assert _run_project(migrated, tmp_path, "exact") == original
+    lagged = {path: result.migrated for path, result in _migrate_files(files, exact=False).items()}
+    assert len(STEP.findall(_run_project(lagged, tmp_path, "default"))) == len(STEP.findall(original)) == 8
+    again = _migrate_files(migrated, exact=True)  # idempotent, and silent
+    assert all(not r.changed and not r.diagnostics for r in again.values())
+
+
+def test_a_blocker_of_joined_files_is_reported_in_its_own_file_at_its_own_line():
+    main = SUBCLASS.replace(
+        "        self.backward(loss)\n", "        self.optimizer.zero_grad()\n        self.backward(loss)\n"
+    )
+    results = _migrate_files({"hooks.py": MIXINS, "main.py": main}, exact=True)
+    assert not any(r.changed for r in results.values())
+    assert [(d.code, d.line) for d in results["main.py"].diagnostics] == [
+        ("RPM106", _line(main, "        self.optimizer.zero_grad()\n"))
+    ]
+
+
+def test_files_that_bind_one_name_differently_are_not_joined():
+    mixins = MIXINS + "\n\ndef main():\n    pass\n"  # main.py has its own main()
+    results = _migrate_files({"hooks.py": mixins, "main.py": SUBCLASS}, exact=True)
+    assert not any(r.changed for r in results.values())
+    assert "RPM120" in [d.code for d in results["main.py"].diagnostics]
+
+
+@pytest.mark.parametrize(
+    "other, migrated",
+    [
+        ("net = torch.nn.Linear(6, 3)\nTrainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n", True),
+        (
+            "def main():\n    net = torch.nn.Linear(6, 3)\n"
+            "    Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n",
+            False,
+        ),
+    ],
+    ids=["joined with its builder", "builder not joinable"],
+)
+def test_a_trainer_handed_objects_is_migrated_with_every_file_that_builds_it_or_not_at_all(other, migrated):
+    trainer = HANDED.replace("\n\nmain()\n", "\n")
+    other = "import torch\n\nfrom trainer import Trainer\n\n" + other
+    results = _migrate_files({"trainer.py": trainer, "other.py": other}, exact=True)
+    if migrated:
+        assert "net = roundpipe.RoundPipe(net, " in results["other.py"].migrated
+        assert all(r.status == "migrated" for r in results.values())
+    else:  # other.py's main() clashes with trainer.py's: what it hands Trainer() is not followed
+        assert not any(r.changed for r in results.values())
+        assert [d.code for d in results["trainer.py"].diagnostics] == ["RPM110"]
+        assert "Trainer() is built in other.py" in results["trainer.py"].diagnostics[0].message
+
+
+def test_joined_files_keep_their_future_imports_where_they_were(tmp_path):
+    future = "from __future__ import annotations\n\n"
+    files = {"hooks.py": future + MIXINS, "main.py": '"""Trainer."""\n' + future + SUBCLASS}
+    results = _migrate_files(files, exact=True)
+    assert [r.status for r in results.values()] == ["migrated", "migrated"]
+    assert results["hooks.py"].migrated.startswith(future)
+    assert results["main.py"].migrated.startswith(
+        '"""Trainer."""\nfrom __future__ import annotations\n\nimport roundpipe\n'
+    )
+    migrated = {path: result.migrated for path, result in results.items()}
+    assert _run_project(migrated, tmp_path, "exact") == _run_project(files, tmp_path, "original")

@@ -1,0 +1,274 @@
+"""Objects a trainer class is handed through its constructor: ``Trainer(model, optimizer)``.
+
+detectron2-, MMEngine- and Hugging Face-style trainers are given the model and the optimizer
+the caller built (``self.model = model`` in ``__init__``). Such an attribute holds what every
+construction of the class in the module passes for that parameter, so its origins are
+those arguments' origins (:func:`migrate.origins.origins` follows them like a function's
+parameter): the model is wrapped, and the optimizer built on its copies, where the caller
+builds them, and the trainer's step sees that model as ``self.model``.
+
+Followed only when the module shows every construction: the parameter is read once in
+``__init__``, by the attribute's one binding ``self.x = param``; the class is called by its
+name only (no alias, no subclass of it built, no other use of the name but as a base); and
+every construction passes the parameter as a plain name or a call.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import libcst as cst
+
+from .attributes import InstanceFamily, wrapped
+from .plan import Binding, Blocked
+from .syntax import code
+
+if TYPE_CHECKING:
+    from .names import ModuleFacts
+    from .steps import StepBuilder
+    from .torch_amp import TorchAmpRules
+
+__all__ = [
+    "HANDED_NOTE",
+    "attribute_fed",
+    "constructed_init",
+    "constructions",
+    "constructor_argument",
+    "constructor_parameter",
+    "handed_model",
+    "handed_note",
+    "plan_handed_wrap",
+]
+
+_CODE = "RPM108"
+#: Finds the class named by :func:`handed_note` in a rewrite's description.
+HANDED_NOTE = re.compile(r"handed to (\w+)\(\) at each of its constructions here")
+
+
+def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
+    """(``__init__``, the parameter) when ``binding`` (an instance attribute's) is
+    ``self.x = param`` in ``__init__`` with ``param`` one of its parameters; else None."""
+    value, statement = binding.value, binding.statement
+    if not isinstance(binding.scope, InstanceFamily) or not isinstance(value, cst.Name) or statement is None:
+        return None
+    method = binding.scope.method_of(statement)
+    scope = facts.scope(value)
+    assignments = list(scope[value.value]) if scope is not None else []
+    if method is None or method.name.value != "__init__" or len(assignments) != 1:
+        return None
+    param = getattr(assignments[0], "node", None)
+    if not isinstance(param, cst.Param) or param not in method.params.params:
+        return None
+    return method, value.value
+
+
+def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
+    """The model's parameter is read in ``__init__`` by its attribute's binding only (any
+    other use, ``self.ema = copy.deepcopy(model)``, would hold the model unfollowed)."""
+    value = binding.value
+    scope = facts.scope(value) if isinstance(value, cst.Name) else None
+    reads = facts.accesses(value.value, scope) if isinstance(value, cst.Name) and scope is not None else []
+    other = next((read for read in reads if read is not value), None)
+    if other is not None:
+        raise Blocked(
+            other,
+            _CODE,
+            f"`{code(facts.statement_of(other)).strip()}` uses `{code(other)}`, the model handed to the "
+            f"constructor, besides `{binding.name} = {code(other)}`; the object it holds cannot be "
+            "followed; left untouched",
+        )
+
+
+def constructions(facts: "ModuleFacts", family: InstanceFamily, init: cst.FunctionDef) -> List[cst.Call]:
+    """Every ``Class(...)`` of the class defining ``init``; :class:`Blocked` when the module
+    builds an instance in a way not shown (another class of the family built, the class
+    name used as a value) or builds none."""
+    block = facts.parent(init)
+    owner = facts.parent(block) if block is not None else None
+    assert isinstance(owner, cst.ClassDef)
+    sites: List[cst.Call] = []
+    for cls in family.classes:
+        scope = facts.scope(cls)
+        for access in facts.accesses(cls.name.value, scope) if scope is not None else ():
+            parent = facts.parent(access)
+            if isinstance(parent, cst.Arg) and isinstance(facts.parent(parent), cst.ClassDef):
+                continue  # a base of a class of the family
+            if cls is owner and isinstance(parent, cst.Call) and parent.func is access:
+                sites.append(parent)
+                continue
+            raise Blocked(
+                access,
+                _CODE,
+                f"`{code(facts.statement_of(access)).strip()}` builds or names {cls.name.value} other than by "
+                f"`{owner.name.value}(...)`, so what its __init__ is handed cannot be followed; left untouched",
+            )
+    if not sites:
+        raise Blocked(
+            init,
+            _CODE,
+            f"{owner.name.value}() is not built in this file; what it is handed cannot be followed",
+        )
+    return sites
+
+
+def constructor_argument(call: cst.Call, init: cst.FunctionDef, param: str) -> Optional[cst.BaseExpression]:
+    """What ``call`` (``Class(...)``) passes for ``param`` of ``init`` (``self`` skipped)."""
+    names = [p.name.value for p in init.params.params[1:]]
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == param:
+                return arg.value
+        elif index < len(names) and names[index] == param:
+            return arg.value
+    return None
+
+
+def attribute_fed(
+    rules: "TorchAmpRules", at: cst.CSTNode, name: str, scope: object
+) -> Optional[Tuple[str, cst.FunctionDef]]:
+    """The instance attribute (``self.model``, spelled as in the method around ``at``)
+    handed what ``name`` of ``scope`` holds at every construction, with the ``__init__``
+    that binds it; None when none is."""
+    from .origins import origins
+
+    facts = rules.facts
+    method = None
+    for ancestor in facts.ancestors(at):
+        if isinstance(ancestor, cst.FunctionDef) and rules.attributes.receiver_of(ancestor) is not None:
+            method = ancestor
+            break
+    receiver = rules.attributes.receiver_of(method) if method is not None else None
+    if method is None or receiver is None or not method.params.params:
+        return None
+    family = _family_of_method(rules, method)
+    if family is None:
+        return None
+    for init in (m for m in family.methods if m.name.value == "__init__"):
+        for statement in init.body.body:
+            target = _attribute_target(statement)
+            if target is None:
+                continue
+            try:
+                reached = origins(rules, f"{family.methods[init]}.{target}", statement)
+            except Blocked:
+                continue
+            if any(o.name == name and o.scope is scope for o in reached):
+                return f"{receiver}.{target}", init
+    return None
+
+
+def _family_of_method(rules: "TorchAmpRules", method: cst.FunctionDef) -> Optional[InstanceFamily]:
+    receiver = rules.attributes.receiver_of(method)
+    if receiver is None:
+        return None
+    for node in rules.facts.subtree(method.body, cst.Attribute):
+        if isinstance(node.value, cst.Name) and node.value.value == receiver:
+            return rules.attributes.family_of_attribute(node)
+    return None
+
+
+def _attribute_target(statement: cst.CSTNode) -> Optional[str]:
+    """``x`` of a line ``self.x = <name>``."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.value, cst.Name):
+        return None
+    target = small.targets[0].target
+    return target.attr.value if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) else None
+
+
+def handed_model(step: "StepBuilder", model: str, built: Binding) -> Optional[str]:
+    """For a step in a method of a trainer class whose optimizer is built outside it (on
+    ``model`` of ``built``'s scope): the attribute every construction hands that model
+    (``self.model``), registered as wrapped; None for a step outside a class. Raises
+    :class:`Blocked` when no attribute holds it (the step would step another model)."""
+    method = step.facts.enclosing(step.backward, (cst.FunctionDef,))
+    if not isinstance(method, cst.FunctionDef) or step.rules.attributes.receiver_of(method) is None:
+        return None
+    family = _family_of_method(step.rules, method)
+    fed = attribute_fed(step.rules, step.backward, model, built.scope)
+    if family is None or fed is None:
+        raise Blocked(
+            built.statement or step.backward,
+            _CODE,
+            f"the optimizer is built on {model!r} outside the class whose method steps it, and no "
+            "attribute of the class is handed that model at every construction; left untouched",
+        )
+    attribute, init = fed
+    _check_only_binding(step.facts, step.rules.attributes.binding(attribute, step.backward))
+    step.rules.plan.wrapped_models.append((family, attribute, 0))
+    step.rules.plan.rewrites.append((step.backward, handed_note(step.facts, init, f"steps the model ({attribute})")))
+    return attribute
+
+
+def handed_note(facts: "ModuleFacts", init: cst.FunctionDef, what: str) -> str:
+    """The report line for an object followed through the constructor ``init``; the project
+    layer reads it (:data:`HANDED_NOTE`) to find constructions in other files."""
+    block = facts.parent(init)
+    owner = facts.parent(block) if block is not None else None
+    name = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
+    return f"{what} handed to {name}() at each of its constructions here"
+
+
+def constructed_init(facts: "ModuleFacts", call: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The ``__init__`` of the module's class that ``call`` (``Class(...)``) builds, else None."""
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+        return None
+    scope = facts.scope(call)
+    for assignment in scope[call.func.value] if scope is not None else ():
+        cls = getattr(assignment, "node", None)
+        if isinstance(cls, cst.ClassDef):
+            return next(
+                (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+            )
+    return None
+
+
+def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_calls: List[cst.Call]) -> bool:
+    """For an optimizer a trainer builds on ``self.model.parameters()`` (anywhere in the
+    class, lazily too) where ``self.model`` is handed to the constructor: the model is
+    wrapped where each construction hands it (``model = roundpipe.RoundPipe(model, ...)``
+    right before ``Trainer(model, ...)``, or the argument itself when it is a call) and the
+    optimizer built on ``self.model.optim_parameters()``; True when planned, False when the
+    model attribute is not handed in (the rules wrap it in ``__init__``)."""
+    family = built.scope
+    if not isinstance(family, InstanceFamily) or "." not in model:
+        return False
+    rules, facts = step.rules, step.facts
+    model_binding = rules.attributes.binding(model, built.statement or step.backward)
+    handed = constructor_parameter(facts, model_binding)
+    if handed is None:
+        return False
+    init, param = handed
+    _check_only_binding(facts, model_binding)
+    plan = rules.plan
+    for call in parameter_calls:
+        plan.edits.replace_expression(
+            call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
+        )
+    if id(built.statement) in plan.wrapped_optimizers:
+        return True
+    plan.wrapped_optimizers.add(id(built.statement))
+    config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
+    for site in constructions(facts, family, init):
+        passed = constructor_argument(site, init, param)
+        statement = facts.statement_of(site)
+        block = facts.parent(statement)
+        if isinstance(passed, cst.Call):
+            template = f"roundpipe.RoundPipe(_, {config})"
+            plan.edits.replace_expression(passed, lambda updated: wrapped(template, updated))
+        elif isinstance(passed, cst.Name) and isinstance(block, (cst.IndentedBlock, cst.Module)):
+            wrap = cst.parse_statement(f"{passed.value} = roundpipe.RoundPipe({passed.value}, {config})\n")
+            plan.edits.insert_before(block, list(block.body).index(statement), [wrap])
+            plan.wrapped_models.append((facts.scope(site), passed.value, facts.order(statement)))
+        else:
+            raise Blocked(
+                site, _CODE, f"`{code(site)}` hands the model to {family.name}() other than by a name or a call"
+            )
+        plan.rewrites.append((statement, handed_note(facts, init, "wrapped with roundpipe.RoundPipe: the model")))
+    plan.wrapped_models.append((family, model, 0))
+    return True

@@ -1,0 +1,214 @@
+"""A trainer class whose bases (mixins) are defined in other files of the project.
+
+detectron2- and MMEngine-style trainers compose their iteration from mixins of another
+module: ``class AMPTrainer(ForwardMixin, BackwardMixin, UpdateMixin)`` in ``main.py``, the
+mixins in ``hooks.py``, each reaching the scaler, model and optimizer through ``self``.
+Alone, neither file shows what ``self.grad_scaler`` holds (hooks.py) or what the bases do
+with it (main.py), so each is refused on its own. The project layer (:func:`join_groups`)
+finds such files from their imports: a file whose class derives from a class that the
+``from m import C`` it makes binds from another given file ``m``. The files are analysed
+as one module (:func:`migrate_joined`): the base files first, then the file of the
+subclass, each part after a marker statement, so the engine follows the attributes through
+every method of the family as it does within one file. The migrated module is cut at the
+markers back into the files, each gets its own ``import roundpipe`` and microbatch constant
+where it reads them, and the diagnostics and rewrites go back to the file and line they name.
+
+Joined only when it is certain that one module means the same as the files: no top-level
+name is bound in two of the files (other than by the very same import line, or the import
+of a base from its file). A one-line ``from __future__`` import, which must open its module,
+is a comment while the files are joined and comes back in its place.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from .diagnostics import Diagnostic, FileResult, Rewrite
+from .engine import SCALER_USE, migrate_source
+from .header import add_header
+from .prefilter import might_use_amp
+
+if TYPE_CHECKING:
+    from .project import ProjectFile
+
+__all__ = ["join_groups", "migrate_joined", "shared_names"]
+
+_MARKER = "__roundpipe_migrate_part__ = {index}  # joined part {index}\n"
+_MARKER_LINE = re.compile(r"^__roundpipe_migrate_part__ = (\d+)  # joined part \d+\n", re.M)
+_FUTURE = re.compile(r"^(from __future__ import [\w, ]+\n)", re.M)
+_FUTURE_KEPT = "# roundpipe-migrate joined: "  # a __future__ import, kept as a comment
+_CONSTANT = re.compile(r"^(\w+) = 1  # roundpipe-migrate: microbatches per batch", re.M)
+
+
+def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
+    """Groups of given files to analyse as one module: for each file deriving from or
+    building classes of other given files (a trainer and its mixins, a script and the
+    trainer it hands a scaler), the files defining those classes first (in path order),
+    that file last."""
+    groups: List[List[str]] = []
+    for path in sorted(files):
+        tree = files[path].tree
+        if tree is None:
+            continue
+        imported = {
+            bound: edge.target
+            for edge in files[path].imports
+            for bound, defined in edge.names
+            if bound == defined and defined in _classes(files[edge.target].tree)
+        }
+        bases = {
+            imported[base.id]
+            for node in tree.body
+            if isinstance(node, ast.ClassDef)
+            for base in node.bases
+            if isinstance(base, ast.Name) and base.id in imported
+        }
+        built = {  # trainer classes only: a file of datasets or models takes no part
+            imported[node.func.id]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
+        }
+        built = {target for target in built if _mentions_amp(files[target].source)}
+        if bases | built:
+            groups.append([*sorted(bases | built), path])
+    return groups
+
+
+def shared_names(files: Mapping[str, "ProjectFile"], group: Sequence[str]) -> Set[Tuple[str, str]]:
+    """(file, name) for each ``from m import name`` of a file of ``group`` that binds a
+    top-level definition of another file of the group under its own name."""
+    found: Set[Tuple[str, str]] = set()
+    for path in group:
+        for edge in files[path].imports:
+            if edge.target in group:
+                defined = _defined(files[edge.target].tree)
+                found |= {(path, bound) for bound, name in edge.names if bound == name and name in defined}
+    return found
+
+
+def migrate_joined(
+    parts: Sequence[Tuple[str, str]], exact: bool, joins: Set[Tuple[str, str]]
+) -> Optional[Dict[str, FileResult]]:
+    """The results for ``parts`` ((path, source), bases first) analysed as one module;
+    None when they cannot be joined soundly. ``joins``: the (file, name) pairs of the
+    ``from m import Base`` lines that bind a base from its part."""
+    if not _joinable(parts, joins):
+        return None
+    texts = [
+        _MARKER.format(index=index)
+        + _FUTURE.sub(_FUTURE_KEPT + r"\1", source)
+        + ("" if source.endswith("\n") else "\n")
+        for index, (_, source) in enumerate(parts)
+    ]
+    offsets = []
+    line = 1
+    for text in texts:
+        offsets.append(line)  # the marker's line
+        line += text.count("\n")
+    joined = migrate_source("".join(texts), "<joined>", exact=exact, force=True)
+    results = {path: FileResult(path=path, original=source, migrated=source) for path, source in parts}
+    for diagnostic in joined.diagnostics:
+        path, local = _locate(parts, offsets, diagnostic.line)
+        if path is None:
+            return None  # a diagnostic about the joined module itself (RPM116, RPM190)
+        results[path].diagnostics.append(Diagnostic(path, local, diagnostic.col, diagnostic.code, diagnostic.message))
+    if not joined.changed:
+        return results
+    migrated = _cut(joined.migrated, len(parts))
+    if migrated is None:
+        return None
+    constant = _CONSTANT.search(joined.migrated)
+    for (path, source), text in zip(parts, migrated):
+        text = text.replace(_FUTURE_KEPT, "")
+        if text == source:
+            continue
+        with_header = add_header(cst.parse_module(text), constant.group(1) if constant else "").code
+        try:
+            compile(with_header, path, "exec")
+        except SyntaxError:
+            return None
+        results[path].migrated = with_header
+    for rewrite in joined.rewrites:
+        path, local = _locate(parts, offsets, rewrite.line)
+        if path is not None:
+            results[path].rewrites.append(Rewrite(local, rewrite.description))
+    for path in results:
+        results[path].wrapped_models = list(joined.wrapped_models)
+    return results
+
+
+def _mentions_amp(source: str) -> bool:
+    return might_use_amp(source) or SCALER_USE.search(source) is not None
+
+
+def _classes(tree: Optional[ast.Module]) -> Set[str]:
+    return {node.name for node in tree.body if isinstance(node, ast.ClassDef)} if tree is not None else set()
+
+
+def _defined(tree: Optional[ast.Module]) -> Set[str]:
+    kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)} if tree is not None else set()
+
+
+def _joinable(parts: Sequence[Tuple[str, str]], joins: Set[Tuple[str, str]]) -> bool:
+    """No part has a ``__future__`` import over several lines, and no top-level name is
+    bound by two parts other than by identical import lines or by the import of a base
+    from its part."""
+    bound: Dict[str, Tuple[str, str]] = {}  # name -> (part, how: the import line, or "")
+    for path, source in parts:
+        tree = ast.parse(source)
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                if node.end_lineno != node.lineno or not _FUTURE.search(source):
+                    return False
+                continue
+            for name, how in _top_level_names(node, source):
+                if (path, name) in joins:
+                    continue
+                seen = bound.get(name)
+                if seen is not None and (seen[0] != path and (not how or how != seen[1])):
+                    return False
+                bound[name] = (path, how)
+    return True
+
+
+def _top_level_names(node: ast.stmt, source: str) -> List[Tuple[str, str]]:
+    """(name, the import line when an import binds it, else "") for what ``node`` binds in
+    the module's namespace (in the bodies of ``if``/``try``/``with``/loops too)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        line = ast.get_source_segment(source, node) or ""
+        return [((a.asname or a.name).split(".")[0], line) for a in node.names]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [(node.name, "")]
+    found: List[Tuple[str, str]] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.stmt):
+            found += _top_level_names(child, source)
+        elif isinstance(child, ast.ExceptHandler):
+            found += [(child.name, "")] if child.name else []
+            found += [n for statement in child.body for n in _top_level_names(statement, source)]
+        else:
+            found += [(n.id, "") for n in ast.walk(child) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    return found
+
+
+def _locate(parts: Sequence[Tuple[str, str]], offsets: List[int], line: int) -> Tuple[Optional[str], int]:
+    """The part and its own line for a line of the joined module (None: a marker or before)."""
+    for index in reversed(range(len(parts))):
+        if line > offsets[index]:
+            return parts[index][0], line - offsets[index]
+    return None, line
+
+
+def _cut(migrated: str, count: int) -> Optional[List[str]]:
+    """The migrated text of each part, from the markers (what precedes the first marker is
+    the joined module's header, re-made for each part)."""
+    found = list(_MARKER_LINE.finditer(migrated))
+    if [int(m.group(1)) for m in found] != list(range(count)):
+        return None
+    ends = [m.start() for m in found[1:]] + [len(migrated)]
+    return [migrated[m.end() : end] for m, end in zip(found, ends)]

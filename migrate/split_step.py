@@ -1,0 +1,137 @@
+"""A trainer's step split over methods: the backward in one, the optimizer work in another.
+
+Trainers built from mixins (detectron2's and MMEngine's style) or Hugging Face-style
+trainers call ``self.backward(loss)`` (a method ending with
+``self.scaler.scale(loss).backward()``) and then ``self.optimizer_step()`` (a method
+holding ``unscale_``/clipping/``scaler.step``/``update``/``zero_grad``). Such a step takes
+the autograd form (design/MIGRATE.md, "Two target forms"): the backward stays as written,
+since RoundPipe's forward is differentiable and its backward accumulates the gradients, and
+only the optimizer method's step group becomes ``self.model.step(_step_fn)`` +
+``self.scaler.update()``. Nothing depends on where the backward ran, so the methods may be
+called in any order, from anywhere.
+
+What makes it certain: the scaler is an instance attribute followed through the class and
+its bases and subclasses in the file (:mod:`migrate.attributes`); its one ``scaler.step``
+is in a method of that family other than the backward's; that method's step statements form
+one recognised group; and no ``zero_grad`` of the optimizer or the model runs outside the
+group (in the original it empties gradients between backward and step, which the step
+function cannot reproduce).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+import libcst as cst
+
+from .attributes import InstanceFamily
+from .plan import Blocked
+from .syntax import calls_method, code, only_expression
+
+if TYPE_CHECKING:
+    from .steps import StepBuilder, StepGroup
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["calls_own_method", "detached_group", "planned_already", "plan_detached"]
+
+
+def detached_group(step: "StepBuilder") -> Optional["StepGroup"]:
+    """The step group of the family method that steps ``step``'s scaler, when the backward
+    ends its own method and that one holds no step; else None (nothing recognised)."""
+    family = _family(step)
+    backward_method = family.method_of(step.backward) if family is not None else None
+    if family is None or backward_method is None or not _ends_method(step, backward_method):
+        return None
+    stepping = _step_calls(step, family)
+    methods = {family.method_of(call) for call in stepping}
+    if len(stepping) != 1 or None in methods or backward_method in methods:
+        return None
+    method = methods.pop()
+    assert method is not None
+    found, _ = step._step_group_after(method.body, list(method.body.body), -1)  # type: ignore[arg-type]
+    if found is None or not any(step.facts.within(stepping[0], s) for s in found.statements):
+        return None
+    return found
+
+
+def planned_already(step: "StepBuilder", found: "StepGroup") -> bool:
+    """Another backward of the same family already planned this step group (two methods
+    each ending with a backward, one optimizer method): nothing more to do but say so."""
+    if found.statements[0] not in step.rules.plan.step_statements or step.facts.within(step.backward, found.block):
+        return False
+    step.rules.plan.rewrites.append((step.backward, "backward kept (autograd form): its step is planned already"))
+    return True
+
+
+def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model: str) -> bool:
+    """Plan ``found`` as the autograd form of a split step when it is not in the backward's
+    method (True); False for an ordinary step. Raises :class:`Blocked` (RPM106) for a
+    ``zero_grad`` of the optimizer or the model outside the group."""
+    family = _family(step)
+    method = family.method_of(found.block) if family is not None else None
+    if family is None or method is None or method is family.method_of(step.backward):
+        return False
+    _refuse_zero_grad_elsewhere(step, family, found, (optimizer, model))
+    owner = _grandparent(step, method)
+    where = f"{owner.name.value}.{method.name.value}()" if isinstance(owner, cst.ClassDef) else family.name
+    unfused = Blocked(
+        step.backward,
+        "RPM106",
+        f"the optimizer step is in another method ({where}); the backward stays where it is",
+    )
+    step._plan_autograd_form(found, optimizer, model, unfused)
+    return True
+
+
+def _family(step: "StepBuilder") -> Optional[InstanceFamily]:
+    call = only_expression(step.backward)
+    scale = call.func.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
+    scaler = scale.func.value if isinstance(scale, cst.Call) and isinstance(scale.func, cst.Attribute) else None
+    if not isinstance(scaler, cst.Attribute) or "." not in step.scaler:
+        return None
+    return step.rules.attributes.family_of_attribute(scaler)
+
+
+def _ends_method(step: "StepBuilder", method: cst.FunctionDef) -> bool:
+    """The backward is a statement of the method's own body, with only ``return`` after it."""
+    after = step.body[step.index + 1 :]
+    return step.block is method.body and all(
+        isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
+    )
+
+
+def _step_calls(step: "StepBuilder", family: InstanceFamily) -> List[cst.Call]:
+    """The ``scaler.step(...)`` calls on the step's scaler in the family's methods."""
+    attr = step.scaler.partition(".")[2]
+    reads = family.follow(attr).reads
+    calls = [_grandparent(step, read) for read in reads]
+    return [c for c in calls if isinstance(c, cst.Call) and calls_method(c, "step")]
+
+
+def _grandparent(step: "StepBuilder", node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    parent = step.facts.parent(node)
+    return step.facts.parent(parent) if parent is not None else None
+
+
+def _refuse_zero_grad_elsewhere(step: "StepBuilder", family: InstanceFamily, found: "StepGroup", owners: tuple) -> None:
+    for cls in family.classes:
+        for call in step.facts.subtree(cls, cst.Call):
+            if not calls_method(call, "zero_grad") or step.rules.reference(call.func.value) not in owners:  # type: ignore[attr-defined]
+                continue
+            if any(step.facts.within(call, s) for s in found.statements):
+                continue
+            raise Blocked(
+                call,
+                "RPM106",
+                f"`{code(call)}` empties gradients outside the optimizer method of a step split over "
+                f"methods of {family.name}; the step function cannot keep it in its place; left untouched",
+            )
+
+
+def calls_own_method(step_rules: "TorchAmpRules", call: cst.Call) -> bool:
+    """``self.backward(loss)``: a call of a method that the instance's family defines (the
+    mixin's ``backward``), not a tensor's backward; the backwards in that method are
+    checked where they are."""
+    func = call.func
+    family = step_rules.attributes.family_of_attribute(func) if isinstance(func, cst.Attribute) else None
+    return family is not None and any(m.name.value == func.attr.value for m in family.methods)  # type: ignore[attr-defined]
