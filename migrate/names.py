@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union, cast
 
 import libcst as cst
-from libcst.metadata import BatchableMetadataProvider, FunctionScope, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import (
+    BatchableMetadataProvider,
+    CodePosition,
+    CodeRange,
+    ExpressionContextProvider,
+    FunctionScope,
+    PositionProvider,
+    Scope,
+    ScopeProvider,
+)
 
 __all__ = ["ModuleFacts", "SCALER_STATE_METHODS", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
@@ -82,12 +91,14 @@ def _node_types(kind: type) -> Iterable[str]:
 class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
     """Each node's (rank in source order, rank just past its subtree, parent).
 
-    It depends on nothing, so libcst computes it in the batched traversal it makes anyway
-    before ScopeProvider (the one resolving ExpressionContextProvider) instead of in a
-    traversal of its own: a libcst traversal rebuilds every node and costs about as much
+    It declares a dependency on ExpressionContextProvider (it reads none of its data) so
+    that libcst computes it in the batched traversal that resolves ScopeProvider, which
+    depends on the same: that traversal is made anyway (ScopeProvider only works in its
+    ``visit_Module``), and a libcst traversal rebuilds every node and costs about as much
     as parsing the file.
     """
 
+    METADATA_DEPENDENCIES = (ExpressionContextProvider,)
     _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
 
     def __init__(self) -> None:
@@ -117,13 +128,15 @@ class ModuleFacts:
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
-        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider])
+        # Positions are resolved with the rest: alone, libcst would follow their codegen pass
+        # with a batched traversal that has nothing to compute (for the batchable providers
+        # of the round: there are none), so asking for them later costs twice as much.
+        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider, PositionProvider])
         self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
-        self._wrapper = wrapper
-        self._positions = None  # resolved on first use: only reports need line numbers
+        self._positions = cast(Mapping[cst.CSTNode, CodeRange], metadata[PositionProvider])
         self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]], metadata[SourceOrderProvider]))
 
     def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
@@ -166,6 +179,23 @@ class ModuleFacts:
         start, end, _ = self._source[node]
         return [found for found in self._nodes[start:end] if isinstance(found, kind)]
 
+    def names_under(self, root: cst.CSTNode) -> Set[str]:
+        """The values of the ``Name`` nodes at or under ``root``, which may also be a tree made
+        from this module by edits (what ``libcst.matchers.findall(root, m.Name())`` finds):
+        the subtrees it keeps from the parsed tree are read off the source order, only the
+        nodes the edits built are walked."""
+        found: Set[str] = set()
+        pending = [root]
+        while pending:
+            node = pending.pop()
+            if node in self._source:
+                found.update(name.value for name in self.subtree(node, cst.Name))
+            elif isinstance(node, cst.Name):
+                found.add(node.value)
+            else:
+                pending.extend(node.children)
+        return found
+
     def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
         """``node`` is ``outer`` or under it."""
         start, end, _ = self._source[outer]
@@ -180,9 +210,8 @@ class ModuleFacts:
             node = self._nodes[index]
             index = index + 1 if visit(node) else self._source[node][1]
 
-    def position(self, node: cst.CSTNode):
-        if self._positions is None:
-            self._positions = self._wrapper.resolve(PositionProvider)
+    def position(self, node: cst.CSTNode) -> CodePosition:
+        """Where ``node`` starts (``PositionProvider``'s start: line 1-based, column 0-based)."""
         return self._positions[node].start
 
     def line(self, node: cst.CSTNode) -> int:

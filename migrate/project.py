@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from .diagnostics import Diagnostic, FileResult
-from .engine import SCALER_USE, migrate_source
-from .prefilter import might_use_amp
+from .engine import migrate_source
+from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
 
@@ -67,7 +67,7 @@ def migrate_project(sources: Mapping[str, str], exact: bool = False) -> Dict[str
     while a file it depends on, or that depends on it, was refused.
     """
     files = project_view(sources)
-    amp = {path for path, f in files.items() if f.tree is not None and _mentions_amp(f.source)}
+    amp = {path for path, f in files.items() if f.tree is not None and might_use_a_scaler(f.source)}
     imported_by_amp = {edge.target for path in amp for edge in files[path].imports}
     results: Dict[str, FileResult] = {}
     for path, project_file in files.items():
@@ -147,10 +147,6 @@ def _syntax_error(project_file: ProjectFile) -> FileResult:
     except ValueError as err:  # e.g. a NUL byte
         result.diagnostics.append(Diagnostic(project_file.path, 1, 1, "RPM901", f"syntax error, file skipped: {err}"))
     return result
-
-
-def _mentions_amp(source: str) -> bool:
-    return might_use_amp(source) or SCALER_USE.search(source) is not None
 
 
 class _Resolver:
@@ -415,7 +411,7 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
     for path, project_file in files.items():
         if (
             project_file.tree is None
-            or not SCALER_USE.search(project_file.source)
+            or not calls_a_scaler(project_file.source)
             and "GradScaler" not in project_file.source
         ):
             continue
