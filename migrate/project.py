@@ -87,17 +87,19 @@ def reconcile(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], 
     The per-file results may come from anywhere (worker processes included). A file that
     calls checkpoint helpers of another given file, and every file taking part in a
     loss-scaler wrapper of the project, is migrated again knowing what the other files say
-    (``exact`` as for the first run). Afterwards no result holds a change while a file of
-    the same program is refused, a wrapped model handed to another file's function refuses
-    its file (unless it is a training function given the wrapper, or a checkpoint helper
-    given the wrapped module), and users of a project loss-scaler wrapper that was not
-    migrated are named.
+    (``exact`` as for the first run); a file is migrated again for the helpers only when it
+    calls one that has a state-only parameter (no other call gives them a use). Afterwards
+    no result holds a change while a file of the same program is refused, a wrapped model
+    handed to another file's function refuses its file (unless it is a training function
+    given the wrapper, or a checkpoint helper given the wrapped module), and users of a
+    project loss-scaler wrapper that was not migrated are named.
     """
     wrappers = _wrapper_classes(files)
     contexts = wrapper_contexts(files, wrappers)
     for path in files:  # in place: the caller may hold the result objects
         result, helpers, context = results[path], _state_helpers_of(files, path), contexts.get(path)
-        helped = helpers and files[path].tree is not None and (result.changed or result.diagnostics)
+        tree = files[path].tree
+        helped = tree is not None and (result.changed or result.diagnostics) and _calls_a_state_helper(tree, helpers)
         if context is not None or helped:
             again = migrate_source(
                 files[path].source, path, exact=exact, force=True, state_helpers=helpers, wrappers=context
@@ -258,6 +260,14 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
         if edge.module_alias:
             found.update({f"{edge.module_alias}.{name}": helper for name, helper in defined.items()})
     return found
+
+
+def _calls_a_state_helper(tree: ast.Module, helpers: Mapping[str, StateHelper]) -> bool:
+    """``tree`` may call one of ``helpers`` that has a state-only parameter: a call whose
+    function reads ``name`` or ``module.name`` as the helper's key (the engine compares its
+    code, so a call it matches is found here too)."""
+    keys = {name for name, helper in helpers.items() if helper.state_only}
+    return bool(keys) and any(isinstance(node, ast.Call) and _dotted(node.func) in keys for node in ast.walk(tree))
 
 
 def _refuse_models_handed_across(
