@@ -19,7 +19,6 @@ from libcst.metadata import (
     BatchableMetadataProvider,
     CodePosition,
     CodeRange,
-    ExpressionContextProvider,
     FunctionScope,
     PositionProvider,
     Scope,
@@ -91,14 +90,12 @@ def _node_types(kind: type) -> Iterable[str]:
 class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
     """Each node's (rank in source order, rank just past its subtree, parent).
 
-    It declares a dependency on ExpressionContextProvider (it reads none of its data) so
-    that libcst computes it in the batched traversal that resolves ScopeProvider, which
-    depends on the same: that traversal is made anyway (ScopeProvider only works in its
-    ``visit_Module``), and a libcst traversal rebuilds every node and costs about as much
+    It depends on nothing, so libcst computes it in the batched traversal it makes anyway
+    before ScopeProvider (the one resolving ExpressionContextProvider) instead of in a
+    traversal of its own: a libcst traversal rebuilds every node and costs about as much
     as parsing the file.
     """
 
-    METADATA_DEPENDENCIES = (ExpressionContextProvider,)
     _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
 
     def __init__(self) -> None:
@@ -128,9 +125,10 @@ class ModuleFacts:
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
-        # Positions are resolved with the rest: alone, libcst would follow their codegen pass
-        # with a batched traversal that has nothing to compute (for the batchable providers
-        # of the round: there are none), so asking for them later costs twice as much.
+        # Positions are resolved with the rest, in the round that computes the batchable
+        # providers above: resolved alone (later, when a report asks), libcst follows their
+        # codegen pass with a batched traversal that has nothing to compute, which costs
+        # about as much again.
         metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider, PositionProvider])
         self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
