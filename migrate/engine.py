@@ -10,7 +10,6 @@ saying why. It never imports torch.
 
 from __future__ import annotations
 
-import re
 from types import MappingProxyType
 from typing import Dict, List, Optional, Tuple
 
@@ -23,17 +22,13 @@ from .header import add_header
 from .model_uses import ModelUses
 from .names import ModuleFacts
 from .plan import Blocked
-from .prefilter import might_use_amp
+from .prefilter import SCALER_USE, might_use_a_scaler
 from .scaler_wrapper import WrapperContext
 from .state_helpers import StateHelpers
 from .torch_amp import plan_torch_amp
 from .wrapping import wrap_long_lines
 
-__all__ = ["migrate_source"]
-
-#: Uses of a scaler object whose construction is not in the file (``self.scaler.scale(loss)``,
-#: ``loss_scaler.unscale_(opt)``): looked at too, so that such a file is named, not skipped.
-SCALER_USE = re.compile(r"\.scale\(|\.unscale_\(|\bloss_scaler\b")
+__all__ = ["SCALER_USE", "migrate_source"]
 
 
 def migrate_source(
@@ -62,7 +57,7 @@ def migrate_source(
             RoundPipe's API where their settings allow it: :mod:`migrate.apex_plain`).
     """
     result = FileResult(path=path, original=source, migrated=source)
-    if not (force or might_use_amp(source) or SCALER_USE.search(source)):
+    if not (force or might_use_a_scaler(source)):
         return result
     try:
         wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
@@ -98,7 +93,7 @@ def migrate_source(
     if not plan.edits:
         return result
     edited = facts.module.visit(EditApplier(plan.edits, facts.ancestors))
-    migrated = wrap_long_lines(add_header(edited, plan.microbatch), source)
+    migrated = wrap_long_lines(add_header(edited, plan.microbatch, facts.names_under(edited)), source)
     try:
         compile(migrated, path, "exec")
     except SyntaxError as err:  # a bug in a rule: never write what does not compile

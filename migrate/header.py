@@ -15,7 +15,7 @@ block has it.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import AbstractSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -30,13 +30,13 @@ _ROUNDPIPE = "roundpipe"
 _IMPORT_ROUNDPIPE = m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(name=m.Name(_ROUNDPIPE), asname=None)])])
 
 
-def add_header(module: cst.Module, microbatch: str) -> cst.Module:
+def add_header(module: cst.Module, microbatch: str, read: AbstractSet[str]) -> cst.Module:
     """``module`` with ``import roundpipe`` (unless its top block has it) and
     ``<microbatch> = 1`` added to its top import block, each only when the migrated code
-    reads that name (a file whose only change is at a call site needs neither)."""
+    reads that name (a file whose only change is at a call site needs neither). ``read``:
+    the values of every ``Name`` node of ``module``."""
     body: List[cst.BaseStatement] = list(module.body)
     start, end = _top_block(body)
-    read = {name.value for name in m.findall(module, m.Name()) if isinstance(name, cst.Name)}
     if _ROUNDPIPE in read and not any(m.matches(statement, _IMPORT_ROUNDPIPE) for statement in body[start:end]):
         end = _insert_import(body, start, end)
     if microbatch in read:

@@ -26,6 +26,7 @@ import re
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 from .diagnostics import Diagnostic, FileResult, Rewrite
 from .engine import SCALER_USE, migrate_source
@@ -126,7 +127,9 @@ def migrate_joined(
         text = text.replace(_FUTURE_KEPT, "")
         if text == source:
             continue
-        with_header = add_header(cst.parse_module(text), constant.group(1) if constant else "").code
+        module = cst.parse_module(text)
+        read = {name.value for name in m.findall(module, m.Name()) if isinstance(name, cst.Name)}
+        with_header = add_header(module, constant.group(1) if constant else "", read).code
         try:
             compile(with_header, path, "exec")
         except SyntaxError:

@@ -126,14 +126,16 @@ class ModuleFacts:
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
-        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider])
+        # Positions are resolved with the rest, in the round that computes the batchable
+        # providers above: resolved alone (later, when a report asks), libcst follows their
+        # codegen pass with a batched traversal that has nothing to compute, which costs
+        # about as much again.
+        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider, PositionProvider])
         self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
-        self._wrapper = wrapper
-        # resolved on first use: only reports need line numbers
-        self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
+        self._positions = cast(Mapping[cst.CSTNode, CodeRange], metadata[PositionProvider])
         self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]], metadata[SourceOrderProvider]))
 
     def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
@@ -176,6 +178,23 @@ class ModuleFacts:
         start, end, _ = self._source[node]
         return [found for found in self._nodes[start:end] if isinstance(found, kind)]
 
+    def names_under(self, root: cst.CSTNode) -> Set[str]:
+        """The values of the ``Name`` nodes at or under ``root``, which may also be a tree made
+        from this module by edits (what ``libcst.matchers.findall(root, m.Name())`` finds):
+        the subtrees it keeps from the parsed tree are read off the source order, only the
+        nodes the edits built are walked."""
+        found: Set[str] = set()
+        pending = [root]
+        while pending:
+            node = pending.pop()
+            if node in self._source:
+                found.update(name.value for name in self.subtree(node, cst.Name))
+            elif isinstance(node, cst.Name):
+                found.add(node.value)
+            else:
+                pending.extend(node.children)
+        return found
+
     def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
         """``node`` is ``outer`` or under it."""
         start, end, _ = self._source[outer]
@@ -191,8 +210,7 @@ class ModuleFacts:
             index = index + 1 if visit(node) else self._source[node][1]
 
     def position(self, node: cst.CSTNode) -> CodePosition:
-        if self._positions is None:
-            self._positions = self._wrapper.resolve(PositionProvider)
+        """Where ``node`` starts (``PositionProvider``'s start: line 1-based, column 0-based)."""
         return self._positions[node].start
 
     def line(self, node: cst.CSTNode) -> int:

@@ -30,10 +30,10 @@ from types import MappingProxyType
 from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from .diagnostics import Diagnostic, FileResult
-from .engine import SCALER_USE, migrate_source
+from .engine import migrate_source
 from .handed_in import HANDED_NOTE
 from .joined_classes import join_groups, migrate_joined, shared_names
-from .prefilter import might_use_amp
+from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
 
@@ -72,7 +72,7 @@ def migrate_project(
     while a file it depends on, or that depends on it, was refused.
     """
     files = project_view(sources)
-    amp = {path for path, f in files.items() if f.tree is not None and _mentions_amp(f.source)}
+    amp = {path for path, f in files.items() if f.tree is not None and might_use_a_scaler(f.source)}
     imported_by_amp = {edge.target for path in amp for edge in files[path].imports}
     results: Dict[str, FileResult] = {}
     for path, project_file in files.items():
@@ -98,17 +98,19 @@ def reconcile(
     The per-file results may come from anywhere (worker processes included). A file that
     calls checkpoint helpers of another given file, and every file taking part in a
     loss-scaler wrapper of the project, is migrated again knowing what the other files say
-    (``exact`` and ``apex_target`` as for the first run). Afterwards no result holds a change while a file of
-    the same program is refused, a wrapped model handed to another file's function refuses
-    its file (unless it is a training function given the wrapper, or a checkpoint helper
-    given the wrapped module), and users of a project loss-scaler wrapper that was not
-    migrated are named.
+    (``exact`` and ``apex_target`` as for the first run); a file is migrated again for the helpers only when it
+    calls one that has a state-only parameter (no other call gives them a use). Afterwards
+    no result holds a change while a file of the same program is refused, a wrapped model
+    handed to another file's function refuses its file (unless it is a training function
+    given the wrapper, or a checkpoint helper given the wrapped module), and users of a
+    project loss-scaler wrapper that was not migrated are named.
     """
     wrappers = _wrapper_classes(files)
     contexts = wrapper_contexts(files, wrappers)
     for path in files:  # in place: the caller may hold the result objects
         result, helpers, context = results[path], _state_helpers_of(files, path), contexts.get(path)
-        helped = helpers and files[path].tree is not None and (result.changed or result.diagnostics)
+        tree = files[path].tree
+        helped = tree is not None and (result.changed or result.diagnostics) and _calls_a_state_helper(tree, helpers)
         if context is not None or helped:
             again = migrate_source(
                 files[path].source,
@@ -227,10 +229,6 @@ def _syntax_error(project_file: ProjectFile) -> FileResult:
     return result
 
 
-def _mentions_amp(source: str) -> bool:
-    return might_use_amp(source) or SCALER_USE.search(source) is not None
-
-
 class _Resolver:
     """Maps dotted module names to the given paths that can be that module."""
 
@@ -340,6 +338,14 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
         if edge.module_alias:
             found.update({f"{edge.module_alias}.{name}": helper for name, helper in defined.items()})
     return found
+
+
+def _calls_a_state_helper(tree: ast.Module, helpers: Mapping[str, StateHelper]) -> bool:
+    """``tree`` may call one of ``helpers`` that has a state-only parameter: a call whose
+    function reads ``name`` or ``module.name`` as the helper's key (the engine compares its
+    code, so a call it matches is found here too)."""
+    keys = {name for name, helper in helpers.items() if helper.state_only}
+    return bool(keys) and any(isinstance(node, ast.Call) and _dotted(node.func) in keys for node in ast.walk(tree))
 
 
 def _refuse_models_handed_across(
@@ -499,7 +505,7 @@ def _wrapper_classes(files: Mapping[str, ProjectFile]) -> Dict[Tuple[str, str], 
     for path, project_file in files.items():
         if (
             project_file.tree is None
-            or not SCALER_USE.search(project_file.source)
+            or not calls_a_scaler(project_file.source)
             and "GradScaler" not in project_file.source
         ):
             continue

@@ -49,7 +49,7 @@ def wrap_long_lines(module: cst.Module, original: str) -> str:
         if not finder.found:
             return text
         indents = {id(node): _indent_of(lines[line - 1]) for line, node in finder.found.items()}
-        module = wrapper.module.visit(_Split(indents, module.default_indent))
+        module = wrapper.module.visit(_Split(indents, finder.paths, module.default_indent))
     return module.code
 
 
@@ -72,7 +72,9 @@ class _OutermostSplittable(cst.CSTVisitor):
         self._lines = lines
         self._in_fstring = 0
         self._chosen_until = 0  # the last line of the chosen node being visited, if any
+        self._open: List[cst.CSTNode] = []  # the node being visited and those above it
         self.found: Dict[int, Splittable] = {}
+        self.paths: Set[int] = set()  # ids of the chosen nodes and of the nodes above them
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         self._in_fstring += 1  # a line break inside an f-string is not valid before 3.12
@@ -81,6 +83,9 @@ class _OutermostSplittable(cst.CSTVisitor):
         self._in_fstring -= 1
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        self._open.append(node)  # popped in on_leave, which libcst calls whatever this returns
+        if isinstance(node, cst.SimpleStatementLine) and not self._spans_a_line(node):
+            return False  # nothing to split in it: not entered (a libcst traversal rebuilds nodes)
         if not super().on_visit(node):
             return False
         if self._in_fstring or not isinstance(node, (cst.Call, cst.Dict, cst.List, cst.Set)):
@@ -95,8 +100,20 @@ class _OutermostSplittable(cst.CSTVisitor):
         if not single and (_split_already(node) or m.findall(node, m.Comment())):
             return True
         self.found[where.start.line] = node
+        self.paths.update(id(open_node) for open_node in self._open)
         self._chosen_until = where.end.line
         return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._open.pop()
+        super().on_leave(original_node)
+
+    def _spans_a_line(self, line: cst.SimpleStatementLine) -> bool:
+        """One of the long lines is in ``line``'s range, which holds every node under it
+        (unlike a compound statement's range, which ends with its body, before an
+        ``else``, and starts after its decorators)."""
+        where = self.get_metadata(PositionProvider, line)
+        return any(where.start.line <= number <= where.end.line for number in self._lines)
 
 
 def _split_already(node: Splittable) -> bool:
@@ -124,12 +141,18 @@ def _bare_generator(call: cst.Call) -> bool:
 
 
 class _Split(cst.CSTTransformer):
-    """Splits the nodes keyed (by id) in ``indents``, whose lines start with that indentation."""
+    """Splits the nodes keyed (by id) in ``indents``, whose lines start with that
+    indentation. Only the nodes in ``paths`` (ids: the split nodes and those above them)
+    are entered; the rest of the tree is kept as it is, not rebuilt."""
 
-    def __init__(self, indents: Dict[int, str], step: str) -> None:
+    def __init__(self, indents: Dict[int, str], paths: Set[int], step: str) -> None:
         super().__init__()
         self._indents = indents
+        self._paths = paths
         self._step = step
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self._paths
 
     def on_leave(self, original_node, updated_node):
         indent: Optional[str] = self._indents.get(id(original_node))

@@ -7,7 +7,7 @@ import pytest
 
 from fake_engine import noting_migrate, waiting_migrate
 from migrate import cli, pool
-from migrate.prefilter import imported_modules, might_use_amp, select_candidates
+from migrate.prefilter import imported_modules, might_use_a_scaler, might_use_amp, select_candidates
 from migrate_cli_support import run
 
 
@@ -36,6 +36,31 @@ def test_prefilter_sees_scaler_calls_and_amp_imports(text):
 @pytest.mark.parametrize("text", ["import torch\nx = torch.ones(2)\n", "amplitude = 3\nexample = 'amp'\n"])
 def test_prefilter_passes_over_files_without_a_marker(text):
     assert not might_use_amp(text)
+
+
+@pytest.mark.parametrize(
+    "text, marked",
+    [
+        ("from timm.utils import NativeScaler", True),
+        ("model, optimizer = amp.initialize(model, optimizer)", True),
+        ("optimizer = FP16_Optimizer(optimizer)", True),
+        ("amp_handle = amp.init()", True),
+        ("# trained with apex", True),
+        ("apexes = 3", False),
+        ("MyNativeScalerX = 1", False),
+        ("import sampler  # amp_ in no word", False),
+    ],
+)
+def test_prefilter_words_are_whole_words(text, marked):
+    assert might_use_amp(text + "\n") is marked
+
+
+@pytest.mark.parametrize(
+    "text, marked",
+    [("self.loss_scaler(loss, optimizer)", True), ("loss_scalers = []", False), ("x.scale(2)", True)],
+)
+def test_scaler_uses_mark_a_file_for_the_engine(text, marked):
+    assert might_use_a_scaler(text + "\n") is marked
 
 
 def test_import_scan_finds_absolute_relative_and_parenthesised_imports():
