@@ -50,6 +50,15 @@ HOSTILE = st.one_of(
 )
 
 
+def _compiles(text):
+    """Python's own parser accepts ``text`` (null bytes and nesting past its limit it refuses)."""
+    try:
+        compile(text, "mutant.py", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def _mutate(lines, ops):
     """``lines`` after each window operation ``(op, start, size)`` on ``size`` lines."""
     for op, start, size in ops:
@@ -102,7 +111,8 @@ def test_hostile_mutants_never_escape_and_never_lose_what_the_file_had(path, ops
     stored = source.restore(result.migrated)
     if not result.changed:
         assert stored.encode("utf-8") == data
-        if "\x00" in source.text or "(" * 201 in source.text:
+        hostile = "\x00" in source.text or "(" * 201 in source.text  # a deep line may land in a docstring
+        if hostile and not _compiles(source.text):
             assert [d.code for d in result.diagnostics] == ["RPM901"]
         return
     compile(result.migrated, "mutant.py", "exec")
