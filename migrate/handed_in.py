@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 import libcst as cst
 
 from .attributes import InstanceFamily, wrapped
+from .names import argument_for
 from .plan import Binding, Blocked
 from .syntax import code
 
@@ -114,16 +115,7 @@ def constructions(facts: "ModuleFacts", family: InstanceFamily, init: cst.Functi
 
 def constructor_argument(call: cst.Call, init: cst.FunctionDef, param: str) -> Optional[cst.BaseExpression]:
     """What ``call`` (``Class(...)``) passes for ``param`` of ``init`` (``self`` skipped)."""
-    names = [p.name.value for p in init.params.params[1:]]
-    for index, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is not None:
-            if arg.keyword.value == param:
-                return arg.value
-        elif index < len(names) and names[index] == param:
-            return arg.value
-    return None
+    return argument_for(call, init, param, skipped=1)
 
 
 def attribute_fed(

@@ -330,9 +330,13 @@ class ModuleFacts:
         return sites
 
 
-def argument_for(call: cst.Call, function: cst.FunctionDef, param: str) -> Optional[cst.BaseExpression]:
-    """The expression a call passes for ``param`` of ``function`` (positional or keyword)."""
-    names = [p.name.value for p in function.params.params]
+def argument_for(
+    call: cst.Call, function: cst.FunctionDef, param: str, skipped: int = 0
+) -> Optional[cst.BaseExpression]:
+    """The expression a call passes for ``param`` of ``function`` (positional or keyword);
+    ``skipped``: leading parameters the call does not pass (1 for ``Class(...)`` calling
+    ``__init__``: ``self``)."""
+    names = [p.name.value for p in function.params.params[skipped:]]
     for index, arg in enumerate(call.args):
         if arg.star:
             return None
