@@ -21,13 +21,14 @@ step group; both functions are only ever called by name (never handed around as 
 every call of either passes the very same scaler binding; the model the step function trains
 is, in the optimizer function, a parameter fed with that model at every call; and no
 ``zero_grad`` runs anywhere in the module outside the group (it could empty the gradients
-between backward and step). In the asynchronous form, nothing else in the module may touch
-the optimizer's state (a learning-rate loop would race with the optimizer thread).
+between backward and step). In the asynchronous form, neither the callers nor the optimizer
+function outside its step group may touch the optimizer's state (a learning-rate loop would
+race with the optimizer thread).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
@@ -171,20 +172,21 @@ def _refuse_optimizer_writes(
     found: "StepGroup",
     optimizer: str,
 ) -> None:
-    """In the asynchronous form, a write of the optimizer's state by a caller (a learning-rate
-    loop, a scheduler step) would race with the optimizer thread: refused."""
+    """In the asynchronous form, a write of the optimizer's state by a caller or by the
+    optimizer function outside its step group (a learning-rate loop, a scheduler step) would
+    race with the optimizer thread: refused."""
     trainers = {function.name.value, backward_function.name.value}
+    places: List[Tuple[cst.CSTNode, str]] = [(function, optimizer)]
     for site in step.facts.call_sites(function):
-        caller = step.facts.enclosing(site, (cst.FunctionDef,)) or step.facts.module
         passed = argument_for(site, function, optimizer)
         if isinstance(passed, cst.Name):
-            writes = optimizer_writes(
-                step.facts, caller, passed.value, step._is_scheduler, set(found.statements), trainers
+            places.append((step.facts.enclosing(site, (cst.FunctionDef,)) or step.facts.module, passed.value))
+    for root, name in places:
+        writes = optimizer_writes(step.facts, root, name, step._is_scheduler, set(found.statements), trainers)
+        if writes:
+            raise Blocked(
+                writes[0],
+                _CODE,
+                f"`{code(writes[0])}` touches optimizer state that {function.name.value}() steps on the "
+                "optimizer thread (a step split over functions); use --exact or migrate it by hand",
             )
-            if writes:
-                raise Blocked(
-                    writes[0],
-                    _CODE,
-                    f"`{code(writes[0])}` touches optimizer state that {function.name.value}() steps on the "
-                    "optimizer thread (a step split over functions); use --exact or migrate it by hand",
-                )

@@ -167,6 +167,16 @@ def test_asynchronous_form_refuses_a_learning_rate_write_by_the_caller_and_exact
     assert migrate_source(source, "main.py", exact=True).changed
 
 
+def test_asynchronous_form_refuses_a_learning_rate_write_beside_the_step_group():
+    source = ONE_FILE.replace(
+        "    if max_norm is not None:\n", '    optimizer.param_groups[0]["lr"] = 0.05\n    if max_norm is not None:\n'
+    )
+    assert source != ONE_FILE
+    refused = migrate_source(source, "main.py")
+    assert not refused.changed and "RPM106" in _codes(refused)
+    assert migrate_source(source, "main.py", exact=True).changed
+
+
 def test_helpers_called_from_another_file_too_are_not_joined():
     other = "from steps import optimizer_step\n\n\ndef tune(model, opt):\n    optimizer_step(opt, None, model)\n"
     sources = {"amp_setup.py": AMP_SETUP, "steps.py": STEPS, "main.py": MAIN, "tune.py": other}
