@@ -150,24 +150,6 @@ RULE = Rule(
     ),
     examples=(
         Example(
-            _STEP_HELPERS,
-            expect=(
-                "def backward_step(loss, grad_scaler):\n    grad_scaler.scale(loss).backward()\n",
-                "    def _step_fn():\n        grad_scaler.unscale_(optimizer)\n"
-                "        torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)\n"
-                "        grad_scaler.step(optimizer)\n        optimizer.zero_grad()\n\n"
-                "    model.step(_step_fn)\n    grad_scaler.update()\n",
-                "    model = roundpipe.RoundPipe(",
-            ),
-        ),
-        Example(
-            _STEP_HELPERS.replace(
-                "        backward_step(loss, scaler)\n",
-                "        backward_step(loss, scaler)\n        optimizer.zero_grad()\n",
-            ),
-            codes=("RPM106",),
-        ),
-        Example(
             _WORK_BETWEEN,
             expect=(
                 "        if step < 10:\n            loss = loss * (step + 1) / 10  # warm-up\n"
@@ -203,5 +185,23 @@ RULE = Rule(
         Example(_ZEROED_EACH_MICRO_STEP, codes=("RPM135",)),
         Example(_ALREADY_MIGRATED),
         Example(_MIGRATED_HELPER),
+        Example(
+            _STEP_HELPERS,
+            expect=(
+                "def backward_step(loss, grad_scaler):\n    grad_scaler.scale(loss).backward()\n",
+                "    def _step_fn():\n        grad_scaler.unscale_(optimizer)\n"
+                "        torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)\n"
+                "        grad_scaler.step(optimizer)\n        optimizer.zero_grad()\n\n"
+                "    model.step(_step_fn)\n    grad_scaler.update()\n",
+                "    model = roundpipe.RoundPipe(",
+            ),
+        ),
+        Example(
+            _STEP_HELPERS.replace(
+                "        backward_step(loss, scaler)\n",
+                "        backward_step(loss, scaler)\n        optimizer.zero_grad()\n",
+            ),
+            codes=("RPM106",),
+        ),
     ),
 )
