@@ -13,6 +13,12 @@ every method of the family as it does within one file. The migrated module is cu
 markers back into the files, each gets its own ``import roundpipe`` and microbatch constant
 where it reads them, and the diagnostics and rewrites go back to the file and line they name.
 
+The same join serves a loop handing the scaler to step helpers of other files
+(:func:`call_groups`; ``backward_step(loss, scaler)`` and ``optimizer_step(optimizer,
+scaler, model)`` of ``steps.py``, the scaler returned by ``amp_setup.setup_amp``): the engine
+follows the scaler, model and optimizer through the functions of the joined module
+(:mod:`migrate.split_functions`).
+
 Joined only when it is certain that one module means the same as the files: no top-level
 name is bound in two of the files (other than by the very same import line, or the import
 of a base from its file). A one-line ``from __future__`` import, which must open its module,
@@ -34,9 +40,9 @@ from .header import add_header
 from .prefilter import might_use_amp
 
 if TYPE_CHECKING:
-    from .project import ProjectFile
+    from .project import ImportEdge, ProjectFile
 
-__all__ = ["join_groups", "migrate_joined", "shared_names"]
+__all__ = ["call_groups", "join_groups", "migrate_joined", "shared_names"]
 
 _MARKER = "__roundpipe_migrate_part__ = {index}  # joined part {index}\n"
 _MARKER_LINE = re.compile(r"^__roundpipe_migrate_part__ = (\d+)  # joined part \d+\n", re.M)
@@ -76,6 +82,35 @@ def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
         built = {target for target in built if _mentions_amp(files[target].source)}
         if bases | built:
             groups.append([*sorted(bases | built), path])
+    return groups
+
+
+def call_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
+    """Groups of given files to analyse as one module: for each file calling top-level
+    functions of other given files that mention AMP (its step helpers), those files first
+    (in path order), that file last. A group is left out when another given file imports
+    one of its helper files: the helpers would be migrated for one caller only."""
+    groups: List[List[str]] = []
+    for path in sorted(files):
+        tree = files[path].tree
+        if tree is None:
+            continue
+        imported = {
+            bound: edge.target
+            for edge in files[path].imports
+            for bound, defined in edge.names
+            if bound == defined and defined in _functions(files[edge.target].tree)
+        }
+        called = {
+            imported[node.func.id]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
+        }
+        helpers = {target for target in called if _mentions_amp(files[target].source)}
+        group = [*sorted(helpers), path]
+        importers = {edge.importer for edge in _edges(files) if edge.target in helpers}
+        if helpers and importers <= set(group):
+            groups.append(group)
     return groups
 
 
@@ -150,6 +185,15 @@ def _mentions_amp(source: str) -> bool:
 
 def _classes(tree: Optional[ast.Module]) -> Set[str]:
     return {node.name for node in tree.body if isinstance(node, ast.ClassDef)} if tree is not None else set()
+
+
+def _functions(tree: Optional[ast.Module]) -> Set[str]:
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)} if tree is not None else set()
+
+
+def _edges(files: Mapping[str, "ProjectFile"]) -> List["ImportEdge"]:
+    return [edge for project_file in files.values() for edge in project_file.imports]
 
 
 def _defined(tree: Optional[ast.Module]) -> Set[str]:

@@ -4,8 +4,9 @@ A file that mentions none of the markers below cannot contain anything roundpipe
 rewrites, so it is not parsed by libcst (most files of a repository). A file that such a
 candidate imports is looked at too, whatever its text: it may build the model, the
 optimizer or the scaler that the candidate's training step uses. A file importing a
-candidate that may define a loss-scaler wrapper class (a GradScaler and a ``__call__``) is
-looked at as well: it builds or calls the wrapper. Imports are found with a
+candidate that may define a loss-scaler wrapper class (a GradScaler and a ``__call__``), or
+that uses a scaler it may be handed (``grad_scaler.scale(loss)`` in a helper), is looked at as
+well: it builds or calls the wrapper, or hands the helpers the scaler. Imports are found with a
 regular expression, not a parser, and resolved against the files given.
 """
 
@@ -95,11 +96,13 @@ def select_candidates(paths: Sequence[str], texts: Sequence[str]) -> List[bool]:
         for start in range(len(parts)):
             by_suffix.setdefault(".".join(parts[start:]), set()).add(index)
     selected = [might_use_amp(text) for text in texts]
-    wrappers = {
-        i for i, text in enumerate(texts) if selected[i] and "GradScaler" in text and _CALLABLE_CLASS.search(text)
+    handed_to = {  # candidates whose importers may build or hand them what they use
+        i
+        for i, text in enumerate(texts)
+        if selected[i] and ("GradScaler" in text and _CALLABLE_CLASS.search(text) or calls_a_scaler(text))
     }
     for index, chosen in enumerate(selected):
-        if wrappers and not chosen and wrappers & set(_resolve(paths[index], texts[index], by_suffix, by_path)):
+        if handed_to and not chosen and handed_to & set(_resolve(paths[index], texts[index], by_suffix, by_path)):
             selected[index] = True
     pending = [index for index, chosen in enumerate(selected) if chosen]
     while pending:

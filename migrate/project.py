@@ -32,7 +32,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
 from .handed_in import HANDED_NOTE
-from .joined_classes import join_groups, migrate_joined, shared_names
+from .joined_classes import call_groups, join_groups, migrate_joined, shared_names
 from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
@@ -139,16 +139,21 @@ def _migrate_joined_classes(
     """A class deriving from classes of other given files (mixins), where some of those
     files could not migrate alone or a base scales a loss and calls backward: the files are
     analysed as one module (:mod:`migrate.joined_classes`) and take that outcome; a file
-    taking part in two such groups keeps its own. Returns, for each file given a joined
-    outcome, the files of its group."""
+    taking part in two such groups keeps its own. A file calling step helpers of other files
+    refused alone (:func:`~migrate.joined_classes.call_groups`) is joined with them the
+    same way, and that outcome is taken only when nothing in it is refused. Returns, for
+    each file given a joined outcome, the files of its group."""
     taken: Dict[str, FrozenSet[str]] = {}
-    for group in join_groups(files):
+    helper_groups = [(group, True) for group in call_groups(files)]
+    for group, of_helpers in [(group, False) for group in join_groups(files)] + helper_groups:
         blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
         scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
         handed = _handed_elsewhere(files, results, group)
         if set(taken) & set(group) or not (blocked or scaling_base or handed):
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
+        if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
+            continue  # step helpers joined with their caller: taken only when the whole step migrates
         if joined is None:
             for path, name in handed:  # its constructions there are not followed: unchanged
                 _refuse(

@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment, Scope
 
-from . import joint_steps, multi_step, optimizer_wrappers, split_step, step_decisions
+from . import joint_steps, multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
 from .aliases import spellings
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
@@ -78,6 +78,7 @@ class StepBuilder:
         self.scaler = scaler
         self.scaler_spellings = spellings(rules.facts, scaler, backward)  # `amp_scaler = state["scaler"]`
         self.anchor = scaler  # the name whose next use after the backward starts the step
+        self.step_site: cst.CSTNode = backward  # where the optimizer and model are read (split_functions)
         self.backward = backward
         self.loss = loss
         rules.plan.backward_statements.add(backward)
@@ -107,6 +108,8 @@ class StepBuilder:
         self.trained = (optimizer, model)
         self.rules.plan.trained_models[self.backward] = model
         if split_step.plan_detached(self, found, optimizer, model):
+            return
+        if split_functions.plan_detached_function(self, found, optimizer, model):
             return
         try:
             multi_step.check_fusable(self)
@@ -263,6 +266,7 @@ class StepBuilder:
         function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
         wrapper = isinstance(function, cst.FunctionDef) and optimizer_wrappers.split_step_reason(self, function)
         detached = None if wrapper else split_step.detached_group(self)  # the optimizer work in another method
+        detached = detached or (None if wrapper else split_functions.detached_function_group(self))
         if detached is not None:  # (an optimizer wrapper's methods are called in turn: no one step to move)
             return detached
         raise Blocked(
@@ -365,7 +369,7 @@ class StepBuilder:
         models wraps each)."""
         self.builds: List[Tuple[Binding, str]] = []
         local_names: Set[str] = set()
-        for built in origins(self.rules, optimizer, self.backward):
+        for built in origins(self.rules, optimizer, self.step_site):
             model_outer, local = self._model_built_with(built)
             if any(
                 b.scope is built.scope
@@ -475,7 +479,7 @@ class StepBuilder:
 
     def _local_name_for(self, model_outer: str, built: Binding) -> str:
         """The name under which the step's scope sees the model."""
-        step_scope = self.facts.scope(self.backward)
+        step_scope = self.facts.scope(self.step_site)
         if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
             return model_outer
         handed = handed_model(self, model_outer, built)  # `Trainer(model, optimizer)`: `self.model`

@@ -95,14 +95,46 @@ def main(model, batches):
         run_step(model, optimizer, scaler, x, y)
 """
 
+_STEP_HELPERS = """import torch
+
+
+def backward_step(loss, grad_scaler):
+    grad_scaler.scale(loss).backward()
+
+
+def optimizer_step(optimizer, grad_scaler, model):
+    grad_scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    grad_scaler.step(optimizer)
+    grad_scaler.update()
+    optimizer.zero_grad()
+
+
+def train(batches):
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in batches:
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        backward_step(loss, scaler)
+        optimizer_step(optimizer, scaler, model)
+"""
+
 RULE = Rule(
     name="autograd_form",
     order=45,
     description="a step whose forward cannot move into a loss function keeps its forward, loss code "
     "and backward; only the optimizer work moves into model.step",
     codes=("RPM133", "RPM135"),
-    implemented_in=("steps.py",),
+    implemented_in=("steps.py", "split_functions.py"),
     patterns=(
+        Pattern(
+            "the backward and the optimizer step in two functions handed the scaler (`backward_step(loss, scaler)` ending with `grad_scaler.scale(loss).backward()`, `optimizer_step(optimizer, scaler, model)` with unscale/clip/step/update/zero_grad), in the same file or in files of the project that only this caller imports",
+            "autograd form: `backward_step` stays as written; `optimizer_step`'s step group becomes `model.step(_step_fn)` + `grad_scaler.update()` (clipping on `model.optim_parameters()`), the model is wrapped and the optimizer built on `model.optim_parameters()` where the caller builds them; refused (RPM106/RPM107) when a call hands either function other objects, a function is used as a value, or a `zero_grad` runs outside the step function",
+            "反向与优化器步骤位于两个接收 scaler 的函数中（`backward_step(loss, scaler)` 以 `grad_scaler.scale(loss).backward()` 结尾，`optimizer_step(optimizer, scaler, model)` 中做 unscale/裁剪/step/update/zero_grad），位于同一文件，或位于项目中只被这一个调用方导入的文件",
+            "autograd 形式：`backward_step` 保持原样；`optimizer_step` 的步骤组变为 `model.step(_step_fn)` + `grad_scaler.update()`（裁剪改用 `model.optim_parameters()`），模型在调用方构建处包装，优化器改用 `model.optim_parameters()` 构建；若某个调用给两个函数传入其他对象、函数被当作值使用，或在步骤函数之外执行 `zero_grad`，则拒绝迁移（RPM106/RPM107）",
+        ),
         Pattern(
             "work between the forward and the backward that needs the loss on the main thread (loss dicts summed, `loss.item()`, a NaN/inf check that raises, logging, an `if` that rescales the loss), a forward in a `with` that is not autocast (a context variable or helper), the model called several times",
             "autograd form: `out = model(x)`, the loss code and `scaler.scale(loss).backward()` stay as written (RoundPipe's forward is differentiable, the backward accumulates the gradients `model.step` hands to the optimizer copies); only the optimizer work moves into `_step_fn`; `zero_grad()` before the backward moves to the end of `_step_fn`; the report names the form and why the step was not fused",
@@ -153,5 +185,23 @@ RULE = Rule(
         Example(_ZEROED_EACH_MICRO_STEP, codes=("RPM135",)),
         Example(_ALREADY_MIGRATED),
         Example(_MIGRATED_HELPER),
+        Example(
+            _STEP_HELPERS,
+            expect=(
+                "def backward_step(loss, grad_scaler):\n    grad_scaler.scale(loss).backward()\n",
+                "    def _step_fn():\n        grad_scaler.unscale_(optimizer)\n"
+                "        torch.nn.utils.clip_grad_norm_(model.optim_parameters(), 1.0)\n"
+                "        grad_scaler.step(optimizer)\n        optimizer.zero_grad()\n\n"
+                "    model.step(_step_fn)\n    grad_scaler.update()\n",
+                "    model = roundpipe.RoundPipe(",
+            ),
+        ),
+        Example(
+            _STEP_HELPERS.replace(
+                "        backward_step(loss, scaler)\n",
+                "        backward_step(loss, scaler)\n        optimizer.zero_grad()\n",
+            ),
+            codes=("RPM106",),
+        ),
     ),
 )

@@ -1,0 +1,192 @@
+"""A step split over two functions of the module that are handed the scaler.
+
+Training scripts keep the backward and the optimizer work in helpers of their own::
+
+    def backward_step(loss, grad_scaler):
+        grad_scaler.scale(loss).backward()
+
+    def optimizer_step(optimizer, grad_scaler, model, max_norm=None):
+        ...  # unscale_ + clipping, grad_scaler.step(optimizer), grad_scaler.update(), zero_grad
+
+and the loop calls them in turn with the scaler, model and optimizer it built (in a project,
+the helpers are often in another file: :mod:`migrate.joined_classes` then analyses the files
+as one module). Such a step takes the autograd form (design/MIGRATE.md, "Two target
+forms"), as a step split over methods does (:mod:`migrate.split_step`): the backward stays as
+written, only the optimizer function's step group becomes ``model.step(_step_fn)`` +
+``grad_scaler.update()``.
+
+What makes it certain: the backward ends a top-level function whose scaler is a parameter;
+exactly one other top-level function steps a parameter of the same name, in one recognised
+step group; both functions are only ever called by name (never handed around as values), and
+every call of either passes the very same scaler binding; the model the step function trains
+is, in the optimizer function, a parameter fed with that model at every call; and no
+``zero_grad`` runs anywhere in the module outside the group (it could empty the gradients
+between backward and step). In the asynchronous form, neither the callers nor the optimizer
+function outside its step group may touch the optimizer's state (a learning-rate loop would
+race with the optimizer thread).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import libcst as cst
+
+from .names import argument_for
+from .optimizer_writes import optimizer_writes
+from .plan import Binding, Blocked
+from .syntax import calls_method, code
+
+if TYPE_CHECKING:
+    from .steps import StepBuilder, StepGroup
+
+__all__ = ["detached_function_group", "plan_detached_function"]
+
+_CODE = "RPM106"
+
+
+def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
+    """The step group of the one other top-level function that steps a parameter named like
+    the backward's scaler parameter, when the backward ends its function; else None.
+
+    Raises :class:`Blocked` (RPM106) when such a function exists but the two cannot be shown
+    to be handed the same scaler."""
+    backward_function = _top_level_function(step, step.backward)
+    if backward_function is None or not _ends_function(step, backward_function):
+        return None
+    if not _is_parameter(backward_function, step.scaler):
+        return None
+    stepping = [
+        (function, call)
+        for function in _top_level_functions(step)
+        if function is not backward_function and _is_parameter(function, step.scaler)
+        for call in step.facts.subtree(function, cst.Call)
+        if calls_method(call, "step") and _called_on(call, step.scaler)
+    ]
+    if len(stepping) != 1:
+        return None
+    function, call = stepping[0]
+    if not isinstance(function.body, cst.IndentedBlock):
+        return None
+    found, _ = step._step_group_after(function.body, list(function.body.body), -1)
+    if found is None or not any(step.facts.within(call, s) for s in found.statements):
+        return None
+    _require_same_scaler(step, backward_function, function)
+    step.step_site = found.statements[0]
+    return found
+
+
+def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: str, model: str) -> bool:
+    """Plan ``found`` as the autograd form of a step split over two top-level functions
+    (True); False when the group is in the backward's own function or not in a top-level
+    one. Raises :class:`Blocked` (RPM106) for what would make the split step unsound."""
+    function = _top_level_function(step, found.block)
+    backward_function = _top_level_function(step, step.backward)
+    if function is None or backward_function is None or function is backward_function:
+        return False
+    where = f"{function.name.value}()"
+    if not _is_parameter(function, model):
+        raise Blocked(
+            found.statements[0],
+            _CODE,
+            f"the step in {where} trains {model!r}, which is not a parameter of {where}; "
+            "a step split over functions is migrated only when the model is handed in",
+        )
+    _require_same_caller_binding(step, function, model, step.rules._constructed(model, found.statements[0]))
+    for call in step.facts.subtree(step.facts.module, cst.Call):
+        if calls_method(call, "zero_grad") and not any(step.facts.within(call, s) for s in found.statements):
+            raise Blocked(
+                call,
+                _CODE,
+                f"`{code(call)}` empties gradients outside {where}, which holds the optimizer step of a "
+                f"step split over functions; the step function cannot keep it in its place; left untouched",
+            )
+    if not step.rules.exact:
+        _refuse_optimizer_writes(step, function, backward_function, found, optimizer)
+    unfused = Blocked(step.backward, _CODE, f"the optimizer step is in another function ({where})")
+    step._plan_autograd_form(found, optimizer, model, unfused)
+    return True
+
+
+def _top_level_functions(step: "StepBuilder") -> List[cst.FunctionDef]:
+    return [s for s in step.facts.module.body if isinstance(s, cst.FunctionDef)]
+
+
+def _top_level_function(step: "StepBuilder", node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The top-level function holding ``node`` directly (not in a nested function or class)."""
+    function = step.facts.enclosing(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+    return function if isinstance(function, cst.FunctionDef) and function in _top_level_functions(step) else None
+
+
+def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
+    return name in {p.name.value for p in function.params.params}
+
+
+def _called_on(call: cst.Call, name: str) -> bool:
+    owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+    return isinstance(owner, cst.Name) and owner.value == name
+
+
+def _ends_function(step: "StepBuilder", function: cst.FunctionDef) -> bool:
+    """The backward is a statement of the function's own body, with only ``return`` after it."""
+    after = step.body[step.index + 1 :]
+    return step.block is function.body and all(
+        isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
+    )
+
+
+def _require_same_scaler(step: "StepBuilder", first: cst.FunctionDef, second: cst.FunctionDef) -> None:
+    """Both functions are called by name only, and every call passes the same scaler."""
+    scaler = step.rules._constructed(step.scaler, first.body.body[0])
+    _require_same_caller_binding(step, second, step.scaler, scaler)
+    for function in (first, second):
+        scope = step.facts.scope(function)
+        accesses = step.facts.accesses(function.name.value, scope) if scope is not None else []
+        for access in accesses:
+            parent = step.facts.parent(access)
+            if not (isinstance(parent, cst.Call) and parent.func is access):
+                raise Blocked(
+                    access,
+                    _CODE,
+                    f"{function.name.value}() holds part of a step split over functions but is used as a "
+                    "value here, so its callers cannot all be seen; migrate it by hand",
+                )
+
+
+def _require_same_caller_binding(step: "StepBuilder", function: cst.FunctionDef, name: str, expected: Binding) -> None:
+    scope = step.facts.scope(function.body.body[0])
+    found = step.rules._caller_binding(Binding(scope, name, None, None), function)
+    if found.statement is not expected.statement:
+        raise Blocked(
+            function,
+            _CODE,
+            f"{function.name.value}() is not handed the same {name!r} as the rest of the step split "
+            "over functions; migrate it by hand",
+        )
+
+
+def _refuse_optimizer_writes(
+    step: "StepBuilder",
+    function: cst.FunctionDef,
+    backward_function: cst.FunctionDef,
+    found: "StepGroup",
+    optimizer: str,
+) -> None:
+    """In the asynchronous form, a write of the optimizer's state by a caller or by the
+    optimizer function outside its step group (a learning-rate loop, a scheduler step) would
+    race with the optimizer thread: refused."""
+    trainers = {function.name.value, backward_function.name.value}
+    places: List[Tuple[cst.CSTNode, str]] = [(function, optimizer)]
+    for site in step.facts.call_sites(function):
+        passed = argument_for(site, function, optimizer)
+        if isinstance(passed, cst.Name):
+            places.append((step.facts.enclosing(site, (cst.FunctionDef,)) or step.facts.module, passed.value))
+    for root, name in places:
+        writes = optimizer_writes(step.facts, root, name, step._is_scheduler, set(found.statements), trainers)
+        if writes:
+            raise Blocked(
+                writes[0],
+                _CODE,
+                f"`{code(writes[0])}` touches optimizer state that {function.name.value}() steps on the "
+                "optimizer thread (a step split over functions); use --exact or migrate it by hand",
+            )
