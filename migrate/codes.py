@@ -84,10 +84,13 @@ _CODES: Tuple[Code, ...] = (
         "no recognised optimizer step follows the backward",
         "no `scaler.step(optimizer)` (apex: `optimizer.step()`), with the optimizer a name or an "
         "attribute, follows the backward in its block, in an `if` after it, or after the loop of "
-        "micro-steps that ends with it",
-        "the rewrite is built from the step that consumes the backward's gradients; a step in "
-        "another function or method (backward and update mixins) is not followed",
-        "`scaler.scale(loss).backward()` in `backward()`, `scaler.step(opt)` in another method",
+        "micro-steps that ends with it; nor, when the backward ends its function or method, does "
+        "exactly one other method of the class family or one other function handed the same "
+        "scaler hold the step (an optimizer wrapper's methods called in turn are not one step)",
+        "the rewrite is built from the step that consumes the backward's gradients; a step it "
+        "cannot pair with the backward is not followed",
+        "`optimizer.backward(loss)`, `optimizer.clip_grad_norm(c)`, `optimizer.step()` of a "
+        "fairseq-style optimizer wrapper",
         "put `scaler.step(optimizer)` and `scaler.update()` after the backward in the same block, or migrate by hand",
     ),
     Code(
