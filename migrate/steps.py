@@ -175,10 +175,16 @@ class StepBuilder:
             root: cst.CSTNode = (
                 self.facts.function_of(scope) if isinstance(scope, Scope) else None
             ) or self.facts.module
-            calls = list(m.findall(root, m.Call(func=m.Name(trainer))))
+            # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
+            calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
             places.append((root, built.name, model_outer, calls))
         # a state object's optimizer: every function holding the state may write it anytime
         places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, self.backward)]
+        # `opt = optimizer`: writes through an alias bound once in the step's scope
+        places += [
+            (function or self.facts.module, alias, model, [self.backward])
+            for alias in sorted(spellings(self.facts, optimizer, self.backward) - {optimizer})
+        ]
         for root, name, model_name, anchors in places:
 
             def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:

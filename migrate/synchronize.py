@@ -16,7 +16,7 @@ import libcst.matchers as m
 
 from .names import ModuleFacts
 from .plan import Plan
-from .syntax import method_call, only_expression
+from .syntax import dotted, method_call, only_expression
 
 __all__ = ["Synchronizations"]
 
@@ -40,7 +40,7 @@ class Synchronizations:
         body = list(block.body)
         index = body.index(statement)
         earlier = [i for b, i, name in self._synced if b == id(block) and i <= index and name == model]
-        if earlier and not any(_trains(s) for s in body[max(earlier) : index]):
+        if earlier and not any(self._trains(s, model) for s in body[max(earlier) : index]):
             return True  # already synchronized in this block, and no training since
         previous = only_expression(body[index - 1]) if index > 0 else None
         if previous is not None and method_call(previous, model, "synchronize"):
@@ -50,7 +50,16 @@ class Synchronizations:
         self.plan.rewrites.append((statement, f"{model}.synchronize() {why}"))
         return True
 
-
-def _trains(statement: cst.CSTNode) -> bool:
-    """The statement may run a training step (a backward or an optimizer step)."""
-    return bool(m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))))
+    def _trains(self, statement: cst.CSTNode, model: str, depth: int = 0) -> bool:
+        """The statement may run a training step of ``model``: it calls a ``backward`` or a
+        ``step``, hands ``model`` to a call, or calls a function of this module that may
+        (``optimizer_step(optimizer, scaler)``; followed three calls deep)."""
+        for call in self.facts.subtree(statement, cst.Call):
+            if m.matches(call.func, m.Attribute(attr=m.Name("backward") | m.Name("step"))):
+                return True
+            if any(dotted(arg.value) == model for arg in call.args):
+                return True
+            function = self.facts.local_function(call)
+            if function is not None and (depth >= 3 or self._trains(function.body, model, depth + 1)):
+                return True
+        return False
