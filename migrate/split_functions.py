@@ -35,7 +35,7 @@ import libcst as cst
 from .names import argument_for
 from .optimizer_writes import optimizer_writes
 from .plan import Binding, Blocked
-from .syntax import calls_method, code
+from .syntax import calls_method, code, method_call
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -52,7 +52,7 @@ def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
     Raises :class:`Blocked` (RPM106) when such a function exists but the two cannot be shown
     to be handed the same scaler."""
     backward_function = _top_level_function(step, step.backward)
-    if backward_function is None or not _ends_function(step, backward_function):
+    if backward_function is None or not step.ends_function(backward_function):
         return None
     if not _is_parameter(backward_function, step.scaler):
         return None
@@ -61,7 +61,7 @@ def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
         for function in _top_level_functions(step)
         if function is not backward_function and _is_parameter(function, step.scaler)
         for call in step.facts.subtree(function, cst.Call)
-        if calls_method(call, "step") and _called_on(call, step.scaler)
+        if method_call(call, step.scaler, "step")
     ]
     if len(stepping) != 1:
         return None
@@ -115,24 +115,13 @@ def _top_level_functions(step: "StepBuilder") -> List[cst.FunctionDef]:
 def _top_level_function(step: "StepBuilder", node: cst.CSTNode) -> Optional[cst.FunctionDef]:
     """The top-level function holding ``node`` directly (not in a nested function or class)."""
     function = step.facts.enclosing(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
-    return function if isinstance(function, cst.FunctionDef) and function in _top_level_functions(step) else None
+    return (
+        function if isinstance(function, cst.FunctionDef) and step.facts.parent(function) is step.facts.module else None
+    )
 
 
 def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
     return name in {p.name.value for p in function.params.params}
-
-
-def _called_on(call: cst.Call, name: str) -> bool:
-    owner = call.func.value if isinstance(call.func, cst.Attribute) else None
-    return isinstance(owner, cst.Name) and owner.value == name
-
-
-def _ends_function(step: "StepBuilder", function: cst.FunctionDef) -> bool:
-    """The backward is a statement of the function's own body, with only ``return`` after it."""
-    after = step.body[step.index + 1 :]
-    return step.block is function.body and all(
-        isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
-    )
 
 
 def _require_same_scaler(step: "StepBuilder", first: cst.FunctionDef, second: cst.FunctionDef) -> None:

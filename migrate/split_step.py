@@ -40,7 +40,7 @@ def detached_group(step: "StepBuilder") -> Optional["StepGroup"]:
     ends its own method and that one holds no step; else None (nothing recognised)."""
     family = _family(step)
     backward_method = family.method_of(step.backward) if family is not None else None
-    if family is None or backward_method is None or not _ends_method(step, backward_method):
+    if family is None or backward_method is None or not step.ends_function(backward_method):
         return None
     stepping = _step_calls(step, family)
     methods = {family.method_of(call) for call in stepping}
@@ -72,7 +72,7 @@ def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model
     if family is None or method is None or method is family.method_of(step.backward):
         return False
     _refuse_zero_grad_elsewhere(step, family, found, (optimizer, model))
-    owner = _grandparent(step, method)
+    owner = step.facts.parent(step.facts.parent(method))
     where = f"{owner.name.value}.{method.name.value}()" if isinstance(owner, cst.ClassDef) else family.name
     unfused = Blocked(
         step.backward,
@@ -92,25 +92,12 @@ def _family(step: "StepBuilder") -> Optional[InstanceFamily]:
     return step.rules.attributes.family_of_attribute(scaler)
 
 
-def _ends_method(step: "StepBuilder", method: cst.FunctionDef) -> bool:
-    """The backward is a statement of the method's own body, with only ``return`` after it."""
-    after = step.body[step.index + 1 :]
-    return step.block is method.body and all(
-        isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
-    )
-
-
 def _step_calls(step: "StepBuilder", family: InstanceFamily) -> List[cst.Call]:
     """The ``scaler.step(...)`` calls on the step's scaler in the family's methods."""
     attr = step.scaler.partition(".")[2]
     reads = family.follow(attr).reads
-    calls = [_grandparent(step, read) for read in reads]
+    calls = [step.facts.parent(step.facts.parent(read)) for read in reads]
     return [c for c in calls if isinstance(c, cst.Call) and calls_method(c, "step")]
-
-
-def _grandparent(step: "StepBuilder", node: cst.CSTNode) -> Optional[cst.CSTNode]:
-    parent = step.facts.parent(node)
-    return step.facts.parent(parent) if parent is not None else None
 
 
 def _refuse_zero_grad_elsewhere(step: "StepBuilder", family: InstanceFamily, found: "StepGroup", owners: tuple) -> None:

@@ -270,7 +270,9 @@ class StepBuilder:
             assert isinstance(loop, (cst.For, cst.While, cst.With))  # climbable, or a no_sync/nullcontext block
             after = body.index(loop)
         function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
-        wrapper = isinstance(function, cst.FunctionDef) and optimizer_wrappers.split_step_reason(self, function)
+        wrapper = (
+            optimizer_wrappers.split_step_reason(self, function) if isinstance(function, cst.FunctionDef) else None
+        )
         detached = None if wrapper else split_step.detached_group(self)  # the optimizer work in another method
         detached = detached or (None if wrapper else split_functions.detached_function_group(self))
         if detached is not None:  # (an optimizer wrapper's methods are called in turn: no one step to move)
@@ -280,19 +282,23 @@ class StepBuilder:
             "RPM106",
             "no optimizer step (`scaler.step(optimizer)` + "
             "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-            f"the same block{self._split_over_functions()}",
+            f"the same block{self._split_over_functions(function, wrapper)}",
         )
 
-    def _split_over_functions(self) -> str:
-        """Why no step follows, when the backward ends its function (nothing but a
-        ``return`` after it): the step is in another function or method (mixins)."""
-        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
+    def ends_function(self, function: cst.FunctionDef) -> bool:
+        """The backward is a statement of ``function``'s own body with only ``return`` lines
+        after it (its step, if any, is in another function or method)."""
         after = self.body[self.index + 1 :]
-        if not isinstance(function, cst.FunctionDef) or self.block is not function.body:
+        return self.block is function.body and all(
+            isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
+        )
+
+    def _split_over_functions(self, function: Optional[cst.CSTNode], wrapper: Optional[str]) -> str:
+        """Why no step follows, when the backward ends its ``function`` (nothing but a
+        ``return`` after it): the step is in another function or method (mixins), or
+        ``wrapper`` (:func:`optimizer_wrappers.split_step_reason`) says why not."""
+        if not isinstance(function, cst.FunctionDef) or not self.ends_function(function):
             return ""
-        if not all(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after):
-            return ""
-        wrapper = optimizer_wrappers.split_step_reason(self, function)
         if wrapper is not None:
             return wrapper
         return (
