@@ -28,7 +28,7 @@ import libcst.matchers as m
 from .attributes import InstanceFamily
 from .handed_in import constructions, constructor_argument, handed_note
 from .plan import Blocked
-from .syntax import code
+from .syntax import code, only_assignment
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -132,8 +132,8 @@ def _builds_scaler(rules: "TorchAmpRules", node: object, builds: Builds) -> bool
     if not isinstance(node, cst.CSTNode):
         return False
     statement = rules.facts.statement_of(node)
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-    return isinstance(small, cst.Assign) and builds(rules, small.value)
+    small = only_assignment(statement)
+    return small is not None and builds(rules, small.value)
 
 
 def _names_scaler(rules: "TorchAmpRules", passed: cst.BaseExpression, site: cst.Call, builds: Builds) -> bool:

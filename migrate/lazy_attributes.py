@@ -24,7 +24,7 @@ import libcst.matchers as m
 
 from .handed_in import constructions, constructor_argument
 from .plan import Blocked
-from .syntax import code
+from .syntax import code, only_assignment
 
 if TYPE_CHECKING:
     from .attributes import InstanceFamily
@@ -73,8 +73,8 @@ def _in_init(family: "InstanceFamily", node: cst.CSTNode) -> bool:
 
 def _assigned_value(family: "InstanceFamily", write: cst.Attribute) -> Optional[cst.BaseExpression]:
     statement = family.facts.statement_of(write)
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and small.targets[0].target is write:
+    small = only_assignment(statement)
+    if small is not None and len(small.targets) == 1 and small.targets[0].target is write:
         return small.value
     return None
 

@@ -33,7 +33,7 @@ from libcst.metadata import Scope
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked
 from .returned import returned_targets
-from .syntax import code, dotted, tests_presence
+from .syntax import code, dotted, only_assignment, tests_presence
 
 __all__ = ["StateField", "StateObjects", "Build"]
 
@@ -499,10 +499,8 @@ def _plain_init(cls: cst.ClassDef) -> Optional[cst.FunctionDef]:
         return None
     stored = set()
     for statement in init.body.body:
-        small = (
-            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-        )
-        target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+        small = only_assignment(statement)
+        target = small.targets[0].target if small is not None and len(small.targets) == 1 else None
         if not (
             isinstance(target, cst.Attribute)
             and m.matches(target.value, m.Name(params[0]))
