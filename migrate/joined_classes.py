@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -61,12 +61,7 @@ def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
         tree = files[path].tree
         if tree is None:
             continue
-        imported = {
-            bound: edge.target
-            for edge in files[path].imports
-            for bound, defined in edge.names
-            if bound == defined and defined in _classes(files[edge.target].tree)
-        }
+        imported = _imported(files, path, _classes)
         bases = {
             imported[base.id]
             for node in tree.body
@@ -74,12 +69,7 @@ def join_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
             for base in node.bases
             if isinstance(base, ast.Name) and base.id in imported
         }
-        built = {  # trainer classes only: a file of datasets or models takes no part
-            imported[node.func.id]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
-        }
-        built = {target for target in built if _mentions_amp(files[target].source)}
+        built = _called_amp_files(files, tree, imported)  # trainer classes only: not datasets or models
         if bases | built:
             groups.append([*sorted(bases | built), path])
     return groups
@@ -91,27 +81,40 @@ def call_groups(files: Mapping[str, "ProjectFile"]) -> List[List[str]]:
     (in path order), that file last. A group is left out when another given file imports
     one of its helper files: the helpers would be migrated for one caller only."""
     groups: List[List[str]] = []
+    edges = _edges(files)
     for path in sorted(files):
         tree = files[path].tree
         if tree is None:
             continue
-        imported = {
-            bound: edge.target
-            for edge in files[path].imports
-            for bound, defined in edge.names
-            if bound == defined and defined in _functions(files[edge.target].tree)
-        }
-        called = {
-            imported[node.func.id]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
-        }
-        helpers = {target for target in called if _mentions_amp(files[target].source)}
+        helpers = _called_amp_files(files, tree, _imported(files, path, _functions))
         group = [*sorted(helpers), path]
-        importers = {edge.importer for edge in _edges(files) if edge.target in helpers}
+        importers = {edge.importer for edge in edges if edge.target in helpers}
         if helpers and importers <= set(group):
             groups.append(group)
     return groups
+
+
+def _imported(
+    files: Mapping[str, "ProjectFile"], path: str, defined_in: Callable[[Optional[ast.Module]], Set[str]]
+) -> Dict[str, str]:
+    """Name -> the given file defining it, for each ``from m import name`` of ``path`` that
+    binds, under its own name, a top-level definition ``defined_in`` lists."""
+    return {
+        bound: edge.target
+        for edge in files[path].imports
+        for bound, defined in edge.names
+        if bound == defined and defined in defined_in(files[edge.target].tree)
+    }
+
+
+def _called_amp_files(files: Mapping[str, "ProjectFile"], tree: ast.Module, imported: Mapping[str, str]) -> Set[str]:
+    """The files of ``imported`` names that ``tree`` calls by name and that mention AMP."""
+    called = {
+        imported[node.func.id]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
+    }
+    return {target for target in called if _mentions_amp(files[target].source)}
 
 
 def shared_names(files: Mapping[str, "ProjectFile"], group: Sequence[str]) -> Set[Tuple[str, str]]:
