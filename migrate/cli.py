@@ -370,18 +370,15 @@ def migrate_all(
         yield (item, results[job.path]) if isinstance(item, Source) else (None, item)
 
 
-def _reconcile(
-    looked_at: Sequence[Task], results: Dict[str, FileResult], exact: bool, apex_target: str = "compat"
-) -> None:
-    """The project rules over the files the engine saw (a single file has no neighbours)."""
+def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult], exact: bool, apex_target: str) -> None:
+    """The project rules over the files the engine saw (a single file has no neighbours);
+    they change the result objects in place."""
     if len(looked_at) < 2:
         return
     from .project import project_view, reconcile
 
     files = project_view({task.path: task.text for task in looked_at})
-    reconciled = {path: results[path] for path in files}
-    reconcile(files, reconciled, exact, apex_target)
-    results.update(reconciled)
+    reconcile(files, {path: results[path] for path in files}, exact, apex_target)
 
 
 def _lost_in_a_worker(task: Task) -> Outcome:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import posixpath
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
@@ -60,6 +61,12 @@ class ProjectFile:
     source: str
     tree: Optional[ast.Module]
     imports: List[ImportEdge] = field(default_factory=list)
+
+    @cached_property
+    def state_helpers(self) -> Dict[str, StateHelper]:
+        """The checkpoint helpers this file defines (:func:`find_state_helpers`), found once
+        however many files import it."""
+        return find_state_helpers(self.tree) if self.tree is not None else {}
 
 
 def migrate_project(
@@ -335,8 +342,7 @@ def _state_helpers_of(files: Mapping[str, ProjectFile], path: str) -> Dict[str, 
     its call sites use (``save_checkpoint``, ``ckpt.save_checkpoint``)."""
     found: Dict[str, StateHelper] = {}
     for edge in files[path].imports:
-        target = files[edge.target].tree
-        defined = find_state_helpers(target) if target is not None else {}
+        defined = files[edge.target].state_helpers
         for bound, name in edge.names:
             if name in defined:
                 found[bound] = defined[name]
