@@ -117,8 +117,10 @@ def promote_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _active:  # outside O1: no scan of the arguments
+            return fn(*args, **kwargs)
         dtypes = _floating_dtypes([*args, *kwargs.values()])
-        if not _active or len(dtypes) <= 1:
+        if len(dtypes) <= 1:
             return fn(*args, **kwargs)
         if len(dtypes) == 2 and torch.float32 in dtypes and dtypes & {torch.float16, torch.bfloat16}:
             return widened(*args, **kwargs)
