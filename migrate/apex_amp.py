@@ -44,6 +44,7 @@ from .apex_plain import (
 )
 from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .rules.loss_function import ForwardPlan
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 from .torch_amp import TorchAmpRules
@@ -111,8 +112,7 @@ class ApexStepBuilder(StepBuilder):
         self.first = self.body[min([region.outer_index, *found_at])]  # where the step's code starts
         return found_at
 
-    def _emit_forward(self, region, forward) -> None:
-        super()._emit_forward(region, forward)
+    def forward_emitted(self, forward: ForwardPlan) -> None:
         self.rules.step_model_calls.add(forward.model_call)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:

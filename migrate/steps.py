@@ -8,18 +8,18 @@ for ``forward_backward``, the optimizer statements a step function for ``model.s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import BuiltinAssignment, Scope
+from libcst.metadata import Scope
 
 from . import joint_steps, multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
 from .aliases import spellings
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
-from .ddp_guard import aliased_models, earlier_in_sync_blocks, find_ddp_guard, is_sync_context, plan_ddp_guard
-from .edits import carry_comments, drop_keeping_comments
+from .ddp_guard import aliased_models, find_ddp_guard, is_sync_context, plan_ddp_guard
+from .edits import drop_keeping_comments
 from .handed_in import handed_model, plan_handed_wrap
 from .names import CLIP_FUNCTIONS
 from .optimizer_helpers import helper_model, plan_adopting_wrap
@@ -27,6 +27,8 @@ from .optimizer_writes import is_scheduler, optimizer_writes
 from .origins import INLINE, exclusive, origins, parameters_fed
 from .parallel import parallel_call
 from .plan import Binding, Blocked
+from .rules import loss_function
+from .rules.loss_function import ForwardPlan, ForwardRegion
 from .step_values import (
     GUARDABLE,
     branches,
@@ -36,26 +38,19 @@ from .step_values import (
     refuse_step_chosen_by_a_measure,
 )
 from .syntax import (
-    assigned_names,
     calls_method,
     code,
     dotted,
-    is_assignment_line,
-    is_plain_line,
     method_call,
     names_in,
-    names_outside,
-    only_assignment,
     only_expression,
     receiver,
-    statements_of,
-    written_and_read,
 )
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["StepBuilder", "ForwardRegion", "ForwardPlan", "StepGroup", "UNFUSABLE", "plan_model_wrap"]
+__all__ = ["StepBuilder", "StepGroup", "UNFUSABLE", "plan_model_wrap"]
 
 #: Why the forward and the loss cannot move into a loss function: RPM131 (no forward of the
 #: recognised shape right before the backward), RPM132 (a starred model call), RPM133 (the
@@ -113,15 +108,16 @@ class StepBuilder:
             return
         try:
             multi_step.check_fusable(self)
-            region = self._forward_region(model, optimizer)
-            forward = self._plan_forward(region, model)
+            region = loss_function.forward_region(self, model, optimizer)
+            forward = loss_function.plan_forward(self, region, model)
         except Blocked as unfused:
             if not self.autograd_form or unfused.code not in UNFUSABLE:
                 raise
             self._plan_autograd_form(found, optimizer, model, unfused)
             return
         zero_grads = self._zero_grads_to_move(region, optimizer, model, found)
-        self._emit_forward(region, forward)
+        loss_function.emit_forward(self, region, forward)
+        self.forward_emitted(forward)
         self._plan_step_group(found, optimizer, model, zero_grads)
         self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
@@ -129,6 +125,10 @@ class StepBuilder:
             skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
             skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
             self._order_optimizer_writes(skipped, optimizer, model)
+
+    def forward_emitted(self, forward: ForwardPlan) -> None:
+        """Called once the loss function for ``forward`` is planned; for the shapes that
+        track the model calls of their steps."""
 
     autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
     step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
@@ -515,59 +515,6 @@ class StepBuilder:
         call = only_expression(statement)
         return call is not None and (method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad"))
 
-    def _forward_region(self, model: str, optimizer: str) -> "ForwardRegion":
-        end = self.index
-        while end > 0 and self._zero_grad_call(self.body[end - 1], optimizer, model):
-            end -= 1  # zero_grad() between loss and backward: moved into the step function
-        self.zero_before_backward = list(range(end, self.index))
-        if end == 0:
-            raise Blocked(self.backward, "RPM131", "no forward pass before the backward")
-        previous = self.body[end - 1]
-        if isinstance(previous, cst.With):
-            if not all(self.facts.is_autocast(item) for item in previous.items):
-                raise Blocked(previous, "RPM131", "forward inside a `with` block that is not autocast")
-            inner = statements_of(previous.body)
-            start = self._model_statement(inner, model, previous)
-            return ForwardRegion(previous.body, inner, start, len(inner), previous, end - 1)
-        split = self._split_region(model, end)
-        if split is not None:
-            return split
-        start = self._model_statement(self.body[:end], model, self.backward)
-        return ForwardRegion(self.block, self.body, start, end, None, start)
-
-    def _split_region(self, model: str, end: int) -> Optional["ForwardRegion"]:
-        """Forward inside ``with autocast(...)``, loss computed after the block (outside
-        autocast): the outside statements run in the loss function with autocast disabled."""
-        position = end - 1
-        while (
-            position >= 0 and is_plain_line(self.body[position]) and not self._model_calls(self.body[position], model)
-        ):
-            position -= 1
-        if position < 0 or position == end - 1 or not isinstance(self.body[position], cst.With):
-            return None
-        with_statement = cst.ensure_type(self.body[position], cst.With)
-        if len(with_statement.items) != 1 or not self.facts.is_autocast(with_statement.items[0]):
-            return None
-        inner = statements_of(with_statement.body)
-        start = self._model_statement(inner, model, with_statement)
-        region = ForwardRegion(with_statement.body, inner, start, len(inner), with_statement, position)
-        region.outside = self.body[position + 1 : end]
-        region.outside_range = (position + 1, end)
-        return region
-
-    def _model_statement(self, statements: List[cst.BaseStatement], model: str, at: cst.CSTNode) -> int:
-        position = len(statements) - 1
-        while position >= 0 and is_plain_line(statements[position]):
-            if self._model_calls(statements[position], model):
-                return position
-            position -= 1
-        raise Blocked(
-            at,
-            "RPM131",
-            f"the forward pass (a call of {model!r} followed only by "
-            "simple statements computing the loss) was not found before the backward",
-        )
-
     @staticmethod
     def _model_calls(statement: cst.CSTNode, model: str) -> List[cst.Call]:
         calls: List[cst.Call] = []
@@ -580,11 +527,11 @@ class StepBuilder:
         statement.visit(Find())
         return calls
 
-    def _zero_grads_to_move(self, region: "ForwardRegion", optimizer: str, model: str, found: "StepGroup") -> List[int]:
+    def _zero_grads_to_move(self, region: ForwardRegion, optimizer: str, model: str, found: "StepGroup") -> List[int]:
         """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
         top of the iteration, or between loss and backward): they move to the step's end."""
         found_at = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
-        found_at += self.zero_before_backward
+        found_at += region.zero_grads
         if found_at:
             self._require_every_iteration(self.body[found_at[0]], found)
         return found_at
@@ -600,341 +547,6 @@ class StepBuilder:
                 "zero_grad() every iteration but an optimizer step "
                 "under a condition or after a loop; not certain, left untouched",
             )
-
-    # ------------------------------------------------------------- emit: forward
-    def _plan_forward(self, region: "ForwardRegion", model: str) -> "ForwardPlan":
-        """The forward + loss as the loss function will hold them (nothing emitted yet)."""
-        statements = region.statements[region.start : region.end] + region.outside
-        model_calls = [c for s in statements for c in self._model_calls(s, model)]
-        if len(model_calls) != 1:
-            raise Blocked(
-                statements[0], "RPM107", f"{model!r} is called {len(model_calls)} times in the forward; not migrated"
-            )
-        model_call = model_calls[0]
-        first = statements[0]
-        output_name, drop_first = self._output_binding(first, model_call)
-        loss_name = self.loss.value if isinstance(self.loss, cst.Name) else None
-        moved = self._loss_slice(statements, output_name)
-        moved_statements = [s for s, inside in zip(statements, moved) if inside]
-        outside_names = self._names_outside(moved_statements)
-        assigned = {n for s in moved_statements for n in written_and_read(s)[0]}
-        self._check_kept(statements, moved, assigned, {loss_name, output_name})
-        self._check_scaler_bound_before(statements)
-        leaking = (assigned - {loss_name, output_name}) & outside_names
-        if leaking:
-            raise Blocked(
-                first,
-                "RPM113",
-                f"values computed in the forward "
-                f"({', '.join(sorted(leaking))}) are read outside the loss computation; "
-                "moving them into the loss function would change them there; not migrated",
-            )
-        kept = [s for s, inside in zip(statements, moved) if not inside]
-        labels = self._labels(region, moved_statements, model_call, assigned, kept)
-        self._check_locals(moved_statements, {output_name or "", *labels})
-        input_args, input_kwargs = self._inputs(model_call)
-        return ForwardPlan(
-            model=model,
-            model_call=model_call,
-            output_name=output_name,
-            drop_first=drop_first,
-            labels=tuple(labels),
-            input_args=tuple(input_args),
-            input_kwargs=input_kwargs,
-            loss_name=loss_name,
-            return_outputs=output_name is not None and output_name in outside_names,
-            sum_reduced=self._sum_reduced(moved_statements),
-            moved=tuple(moved),
-        )
-
-    def _loss_slice(self, statements: List[cst.BaseStatement], output_name: Optional[str]) -> List[bool]:
-        """Which forward-region statements the loss depends on (they move into the loss
-        function): the model call, and walking backwards every statement binding a name
-        that a later moved statement (or the loss) reads. The rest keeps its place."""
-        needed = set(names_in(self.loss))
-        moved = [False] * len(statements)
-        for position in range(len(statements) - 1, 0, -1):
-            written, read = written_and_read(statements[position])
-            if written & needed:
-                moved[position] = True
-                needed = (needed - written) | read
-        moved[0] = True
-        if output_name is not None and output_name not in needed:
-            raise Blocked(statements[0], "RPM131", "the loss does not depend on the model's output; not migrated")
-        return moved
-
-    def _check_kept(
-        self, statements: List[cst.BaseStatement], moved: List[bool], assigned: Set[str], available: Set[Optional[str]]
-    ) -> None:
-        """A statement that stays on the main thread runs after ``forward_backward``: it may
-        read the loss and the outputs (returned by it), but nothing else the loss function
-        computes, and it must not touch what a later moved statement reads."""
-        for position, statement in enumerate(statements):
-            if moved[position]:
-                continue
-            written, read = written_and_read(statement)
-            later_moved = [s for s, inside in zip(statements[position + 1 :], moved[position + 1 :]) if inside]
-            later_names = {n for s in later_moved for n in names_in(s)}
-            rebound_later = {n for s in later_moved for n in written_and_read(s)[0]}
-            touched = (written & assigned) | (read & (assigned - available))
-            touched |= (written | read) & later_names
-            touched |= read & available & rebound_later
-            if touched:
-                raise Blocked(
-                    statement,
-                    "RPM113",
-                    f"this statement between the forward and the "
-                    f"backward uses {', '.join(sorted(touched))}, which the loss "
-                    "computation also uses; it cannot stay before or move into the "
-                    "loss function without changing what it sees; not migrated",
-                )
-
-    def _check_scaler_bound_before(self, statements: List[cst.BaseStatement]) -> None:
-        """The loss function returns ``scaler.scale(loss)``: a statement of the forward
-        region binding the scaler's name (``scaler = state["scaler"]`` after the forward)
-        would run after the loss function reads it."""
-        root = self.scaler.partition(".")[0].partition("[")[0]
-        for statement in statements:
-            if root in written_and_read(statement)[0]:
-                raise Blocked(
-                    statement,
-                    "RPM113",
-                    f"this statement between the forward and the backward binds {root!r}, which scales the loss; "
-                    "the loss function would read it before it is bound; not migrated",
-                )
-
-    def _check_locals(self, moved: List[cst.BaseStatement], parameters: Set[str]) -> None:
-        """Inside the loss function every name the moved statements bind is local: reading
-        one before its first binding there would raise ``UnboundLocalError``."""
-        bound = set(parameters)
-        assigned = {n for s in moved for n in written_and_read(s)[0]}
-        for statement in moved:
-            written, read = written_and_read(statement)
-            early = (read & assigned) - bound
-            if early:
-                raise Blocked(
-                    statement,
-                    "RPM113",
-                    f"{', '.join(sorted(early))} is read here "
-                    "before the loss computation binds it; inside a loss function that "
-                    "would be an UnboundLocalError; not migrated",
-                )
-            bound |= written
-
-    def _names_outside(self, moved: List[cst.BaseStatement]) -> Set[str]:
-        """Names used in the step's function (or module) outside the moved statements."""
-        scope_node = self.facts.enclosing(self.backward, (cst.FunctionDef,)) or self.facts.module
-        return names_outside(self.facts, scope_node, set(moved))
-
-    def _sum_reduced(self, statements: List[cst.BaseStatement]) -> bool:
-        """The loss sums over the batch (``reduction="sum"`` in it or in its criterion):
-        then per-microbatch losses already add up and are not divided."""
-
-        def says_sum(node: cst.CSTNode) -> bool:
-            return bool(
-                m.findall(
-                    node, m.Arg(keyword=m.Name("reduction"), value=m.SimpleString('"sum"') | m.SimpleString("'sum'"))
-                )
-            )
-
-        for statement in statements:
-            if says_sum(statement):
-                return True
-            for call in m.findall(statement, m.Call(func=m.Name())):
-                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Name)  # as matched
-                try:
-                    binding = self.rules._binding(call.func.value, statement)
-                except Blocked:
-                    continue
-                if binding.value is not None and says_sum(binding.value):
-                    return True
-        return False
-
-    def _output_binding(self, first: cst.BaseStatement, model_call: cst.Call) -> Tuple[Optional[str], bool]:
-        small = only_assignment(first)
-        if small is not None and small.value is model_call and len(small.targets) == 1:
-            target = small.targets[0].target
-            if isinstance(target, cst.Name):
-                return target.value, True
-        return None, False
-
-    def _next_batch_names(self, model_call: cst.Call, kept: List[cst.BaseStatement]) -> Set[str]:
-        """Names bound, after the forward, by the statement that fetches the next batch (the
-        one that rebinds the model's inputs, ``x, y = next(it)``): this iteration's data too."""
-        loop = self.facts.enclosing(self.backward, (cst.For, cst.While, cst.FunctionDef))
-        if not isinstance(loop, (cst.For, cst.While)):
-            return set()
-        inputs = set(names_in(model_call))
-        names: Set[str] = set()
-        for statement in [*kept, *self.body[self.index + 1 :]]:
-            written = written_and_read(statement)[0] if is_assignment_line(statement) else set()
-            if written & inputs:
-                names |= written
-        return names
-
-    def _batch_names(self, region: "ForwardRegion") -> Set[str]:
-        """Names holding this iteration's data: the loop target and everything assigned in
-        the loop body before the forward; without a loop, the function's parameters. A
-        loss input among them is a label (split with the microbatches); anything else the
-        loss reads is captured by the loss function as it is."""
-        loop = self.facts.enclosing(self.backward, (cst.For, cst.While, cst.FunctionDef))
-        names: Set[str] = set()
-        if isinstance(loop, (cst.For, cst.While)):
-            if isinstance(loop, cst.For):
-                names |= set(names_in(loop.target))
-            earlier = earlier_in_sync_blocks(self.facts, self.block) + self.body[: region.outer_index]
-            if region.with_statement is not None:
-                earlier = earlier + region.statements[: region.start]
-            for statement in earlier:
-                if is_assignment_line(statement):
-                    names |= set(assigned_names(statement))
-        elif isinstance(loop, cst.FunctionDef):
-            names |= {p.name.value for p in loop.params.params}
-            names -= {self.rules.attributes.receiver_of(loop)}  # `self` is no batch data
-        return names
-
-    def _labels(
-        self,
-        region: "ForwardRegion",
-        statements: List[cst.BaseStatement],
-        model_call: cst.Call,
-        assigned: Set[str],
-        kept: List[cst.BaseStatement],
-    ) -> List[str]:
-        batch = self._batch_names(region) | self._next_batch_names(model_call, kept)
-        free: List[str] = []
-        for statement in statements:
-            for name in names_in(statement):
-                if name in batch and name not in assigned and name not in free:
-                    free.append(name)
-        inputs = set(names_in(model_call))
-        return [n for n in free if n not in inputs or self._used_outside_call(statements, model_call, n)]
-
-    def _used_outside_call(self, statements, model_call, name) -> bool:
-        total = sum(names_in(s).count(name) for s in statements)
-        return total > names_in(model_call).count(name)
-
-    @staticmethod
-    def _inputs(
-        model_call: cst.Call,
-    ) -> Tuple[List[cst.BaseExpression], Union[Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]]:
-        args: List[cst.BaseExpression] = []
-        kwargs: List[Tuple[str, cst.BaseExpression]] = []
-        star_kwargs: Optional[cst.BaseExpression] = None
-        for arg in model_call.args:
-            if arg.star == "*":
-                raise Blocked(model_call, "RPM132", "model called with *args; not migrated")
-            if arg.star == "**":
-                star_kwargs = arg.value
-            elif arg.keyword is not None:
-                kwargs.append((arg.keyword.value, arg.value))
-            else:
-                args.append(arg.value)
-        if star_kwargs is not None and kwargs:
-            raise Blocked(model_call, "RPM132", "model called with **kwargs and keywords; not migrated")
-        return args, (star_kwargs if star_kwargs is not None else tuple(kwargs))
-
-    def _emit_forward(self, region: "ForwardRegion", forward: "ForwardPlan") -> None:
-        plan = self.rules.plan
-        loss_fn = self._fresh("_loss_fn")
-        labels = list(forward.labels)
-        out_param = forward.output_name or self._fresh("_outputs")
-        label_param = labels[0] if len(labels) == 1 else self._fresh("_labels" if labels else "_label")
-        if forward.output_name is None:
-            plan.edits.replace_expression(forward.model_call, lambda _: cst.Name(out_param))
-        divisor = "" if forward.sum_reduced else f" / {plan.microbatch}"
-        head = f"    {', '.join(labels)} = {label_param}\n" if len(labels) > 1 else ""
-        call_text = f"{forward.model}.forward_backward({self._call_arguments(forward, labels)}, loss_fn={loss_fn}"
-        call_text += ", return_outputs=True)[1]" if forward.return_outputs else ")"
-        # The loss is logged as the loss function saw it, unscaled: dividing the returned
-        # (scaled) sum by the scale would give inf once loss * scale overflows.
-        scope = self.facts.scope(forward.model_call)
-        logged = forward.loss_name if forward.loss_name and self._read_elsewhere(region, forward) else None
-        if logged and scope is not None and any(not isinstance(a, BuiltinAssignment) for a in scope["sum"]):
-            raise Blocked(
-                forward.model_call,
-                "RPM137",
-                "the file binds its own `sum`, which the "
-                "migrated loss logging (`loss = sum(_losses)`) needs as the builtin; "
-                "not migrated",
-            )
-        losses = self._fresh("_losses") if logged else None
-        capture = [f"{losses}.append({forward.loss_name}.detach().cpu(){divisor})\n"] if losses else []
-        call_line = f"{forward.output_name} = {call_text}\n" if forward.return_outputs else f"{call_text}\n"
-        after = (
-            ([f"{losses} = []\n"] if losses else [])
-            + [call_line]
-            + ([f"{forward.loss_name} = sum({losses})\n"] if losses else [])
-        )
-        inside_count = region.end - region.start
-        inside_moved = forward.moved[:inside_count]
-        outside_moved = forward.moved[inside_count:]
-        outside = self._outside_autocast(region, [s for s, keep in zip(region.outside, outside_moved) if keep])
-        returned = cst.parse_statement(f"return {self.scaler}.scale({code(self.loss)}){divisor}\n")
-        drop = 1 if forward.drop_first else 0
-
-        def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-            body = [s for s, keep in list(zip(updated, inside_moved))[drop:] if keep] + outside
-            kept = [s for s, keep in zip(updated, inside_moved) if not keep]
-            definition = cst.parse_statement(f"def {loss_fn}({out_param}, {label_param}):\n{head}    pass\n")
-            assert isinstance(definition, cst.FunctionDef) and isinstance(definition.body, cst.IndentedBlock)
-            inner = [*definition.body.body[:-1], *body, *map(cst.parse_statement, capture), returned]
-            definition = definition.with_changes(body=definition.body.with_changes(body=inner))
-            return [carry_comments(updated[:drop], definition), *map(cst.parse_statement, after), *kept]
-
-        plan.edits.replace_range(region.block, region.start, region.end, build)
-        if region.outside:  # the moved statements carry their own comments
-            plan.edits.replace_range(
-                self.block,
-                *region.outside_range,
-                lambda updated: [s for s, keep in zip(updated, outside_moved) if not keep],
-            )
-        plan.rewrites.append((forward.model_call, "forward + loss -> model.forward_backward(loss_fn=...)"))
-
-    def _read_elsewhere(self, region: "ForwardRegion", forward: "ForwardPlan") -> bool:
-        """The loss variable is used besides the forward and the backward (or is a global,
-        which any code may read): only then does the migrated code rebuild it."""
-        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
-        if function is None:
-            return True
-        statements = region.statements[region.start : region.end] + region.outside
-        skipped: Set[cst.CSTNode] = {s for s, inside in zip(statements, forward.moved) if inside}
-        skipped.add(self.backward)
-        return bool({forward.loss_name, "locals", "vars"} & names_outside(self.facts, function, skipped))
-
-    @staticmethod
-    def _call_arguments(forward: "ForwardPlan", labels: List[str]) -> str:
-        """``input_args=(...)[, input_kwargs=...][, label=...]`` for forward_backward."""
-        argument_text = ", ".join(code(a) for a in forward.input_args)
-        if len(forward.input_args) == 1:
-            argument_text += ","
-        text = f"input_args=({argument_text})"
-        kwargs = forward.input_kwargs
-        if isinstance(kwargs, tuple) and kwargs:
-            text += ", input_kwargs={" + ", ".join(f'"{k}": {code(v)}' for k, v in kwargs) + "}"
-        elif isinstance(kwargs, cst.BaseExpression):
-            text += f", input_kwargs={code(kwargs)}"
-        if labels:
-            text += f", label={labels[0]}" if len(labels) == 1 else f", label=({', '.join(labels)})"
-        return text
-
-    def _outside_autocast(
-        self, region: "ForwardRegion", statements: List[cst.BaseStatement]
-    ) -> List[cst.BaseStatement]:
-        """``with <the same autocast>(<its device>, enabled=False): <statements>`` for loss
-        statements that ran after the autocast block, so they keep running outside it."""
-        if not statements or region.with_statement is None:
-            return []
-        call = cst.ensure_type(region.with_statement.items[0].item, cst.Call)  # an autocast(...) call
-        legacy = self.facts.calls_any(
-            call, {"torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
-        )
-        kept = [] if legacy else [a for a in call.args if a.keyword is None][:1]
-        kept += [a for a in call.args if a.keyword is not None and a.keyword.value == "device_type"]
-        arguments = ", ".join(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept)
-        off = f"{arguments}, enabled=False" if arguments else "enabled=False"
-        block = cst.ensure_type(cst.parse_statement(f"with {code(call.func)}({off}):\n    pass\n"), cst.With)
-        return [block.with_changes(body=block.body.with_changes(body=list(statements)))]
 
     def _fresh(self, base: str) -> str:
         return self.rules.plan.fresh(base)
@@ -1090,38 +702,3 @@ class StepGroup:
     end: int
     statements: Tuple[cst.BaseStatement, ...]
     condition: Optional[cst.If]
-
-
-@dataclass(frozen=True)
-class ForwardPlan:
-    """A recognised forward + loss, as it will be emitted.
-
-    ``moved[i]`` says whether statement ``i`` of the forward region (the model call first,
-    then the statements up to the backward, then those after an autocast block) moves into
-    the loss function; the others stay on the main thread, after ``forward_backward``."""
-
-    model: str
-    model_call: cst.Call
-    output_name: Optional[str]
-    drop_first: bool  # the model call's own line (``out = model(x)``) becomes the parameter
-    labels: Tuple[str, ...]
-    input_args: Tuple[cst.BaseExpression, ...]
-    input_kwargs: Union[Tuple[Tuple[str, cst.BaseExpression], ...], cst.BaseExpression]
-    loss_name: Optional[str]
-    return_outputs: bool
-    sum_reduced: bool
-    moved: Tuple[bool, ...]
-
-
-@dataclass
-class ForwardRegion:
-    """Where the forward + loss statements are: ``statements[start:end]`` of ``block``."""
-
-    block: cst.CSTNode
-    statements: List[cst.BaseStatement]
-    start: int
-    end: int
-    with_statement: Optional[cst.With]
-    outer_index: int  # index in the backward's block of the first statement of the region
-    outside: List[cst.BaseStatement] = field(default_factory=list)  # loss after the autocast block
-    outside_range: Tuple[int, int] = (0, 0)
