@@ -26,7 +26,7 @@ is reported (RPM201) and the file is left untouched.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -44,7 +44,9 @@ from .apex_plain import (
 )
 from .names import ModuleFacts
 from .plan import Blocked, Plan
-from .rules.loss_function import ForwardPlan
+from .rules import step_function
+from .rules.loss_function import ForwardPlan, ForwardRegion
+from .rules.step_function import StepBody
 from .steps import StepBuilder
 from .syntax import calls_method, code, only_expression
 from .torch_amp import TorchAmpRules
@@ -107,12 +109,8 @@ class ApexStepBuilder(StepBuilder):
         value = only_expression(statement)
         return _called_on(value, optimizer, "zero_grad") or _called_on(value, model, "zero_grad")
 
-    def _zero_grads_to_move(self, region, optimizer: str, model: str, found) -> List[int]:
-        found_at = super()._zero_grads_to_move(region, optimizer, model, found)
-        self.first = self.body[min([region.outer_index, *found_at])]  # where the step's code starts
-        return found_at
-
-    def forward_emitted(self, forward: ForwardPlan) -> None:
+    def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
+        self.first = self.body[min([region.outer_index, *zero_grads])]  # where the step's code starts
         self.rules.step_model_calls.add(forward.model_call)
 
     def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
@@ -135,39 +133,25 @@ class ApexStepBuilder(StepBuilder):
             )
         return called.pop()
 
-    def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
-        super()._group_edits(group, kinds, optimizer, model)
-        for statement, kind in zip(group, kinds):
-            call = only_expression(statement)
-            if kind == "zero_grad" and "." in model and _called_on(call, model, "zero_grad"):
-                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # as _called_on found
-                self.rules.plan.edits.replace_expression(
-                    call.func.value,
-                    lambda _: cst.parse_expression(optimizer),
-                )
-            if kind == "clip" and "." in model:
-                for parameters in m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
-                    assert isinstance(parameters, cst.Call) and isinstance(parameters.func, cst.Attribute)  # as matched
-                    if code(parameters.func.value) == model:
-                        self.rules.plan.edits.replace_expression(
-                            parameters.func,
-                            lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
-                        )
-            if kind == "step":
-                call = only_expression(statement)
-                assert call is not None  # an optimizer.step() call (_classify)
-                self.rules.plan.edits.replace_expression(
-                    call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
-                )
+    def holds_model(self, node: cst.BaseExpression, model: str) -> bool:
+        return "." in model and code(node) == model
 
-    def _step_body(self, updated, kinds, optimizer: str):
-        inside = list(updated)
+    def shape_edits(self, statement: cst.BaseStatement, kind: Optional[str], optimizer: str) -> None:
+        if kind == "step":  # `optimizer.step()` steps through the loss's scaler
+            call = only_expression(statement)
+            assert call is not None  # an optimizer.step() call (_classify)
+            self.rules.plan.edits.replace_expression(
+                call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
+            )
+
+    def _step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
+        inside: List[Any] = list(updated)
         if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
             first = kinds.index("clip")
             unscale = cst.parse_statement(f"{self.scaler}.unscale_({optimizer})\n")
             inside.insert(first, unscale.with_changes(leading_lines=inside[first].leading_lines))
             inside[first + 1] = inside[first + 1].with_changes(leading_lines=())
-        return inside, self._update_statement(None)
+        return inside, step_function.update_statement(self)
 
 
 class ApexRules(TorchAmpRules):

@@ -22,6 +22,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .plan import Blocked
+from .rules import step_function
 from .steps import StepBuilder
 from .syntax import method_call, only_expression
 
@@ -57,7 +58,7 @@ class PlainStepBuilder(StepBuilder):
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
 
     def plan(self) -> None:
-        found = self._find_step_group()
+        found = step_function.find_step_group(self)
         kinds = [self._classify(s) for s in found.statements]
         if kinds.count("step") != 1 or found.block is not self.block:
             raise Blocked(
@@ -67,7 +68,7 @@ class PlainStepBuilder(StepBuilder):
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
         zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], self.optimizer, self.model)]
-        self._plan_step_group(found, self.optimizer, self.model, zero_grads)
+        step_function.plan_step_group(self, found, self.optimizer, self.model, zero_grads)
         self.rules.plan.rewrites.append(
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
         )

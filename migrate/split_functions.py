@@ -68,7 +68,7 @@ def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
     function, call = stepping[0]
     if not isinstance(function.body, cst.IndentedBlock):
         return None
-    found, _ = step._step_group_after(function.body, list(function.body.body), -1)
+    found, _ = step.step_group_after(function.body, list(function.body.body), -1)
     if found is None or not any(step.facts.within(call, s) for s in found.statements):
         return None
     _require_same_scaler(step, backward_function, function)

@@ -48,7 +48,7 @@ def detached_group(step: "StepBuilder") -> Optional["StepGroup"]:
         return None
     method = methods.pop()
     assert method is not None
-    found, _ = step._step_group_after(method.body, list(method.body.body), -1)  # type: ignore[arg-type]
+    found, _ = step.step_group_after(method.body, list(method.body.body), -1)  # type: ignore[arg-type]
     if found is None or not any(step.facts.within(stepping[0], s) for s in found.statements):
         return None
     return found

@@ -8,17 +8,16 @@ for ``forward_backward``, the optimizer statements a step function for ``model.s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Scope
 
-from . import joint_steps, multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
+from . import joint_steps, multi_step, split_functions, split_step, step_decisions
 from .aliases import spellings
 from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
-from .ddp_guard import aliased_models, find_ddp_guard, is_sync_context, plan_ddp_guard
+from .ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from .edits import drop_keeping_comments
 from .handed_in import handed_model, plan_handed_wrap
 from .names import CLIP_FUNCTIONS
@@ -27,14 +26,13 @@ from .optimizer_writes import is_scheduler, optimizer_writes
 from .origins import INLINE, exclusive, origins, parameters_fed
 from .parallel import parallel_call
 from .plan import Binding, Blocked
-from .rules import loss_function
+from .rules import loss_function, step_function
 from .rules.loss_function import ForwardPlan, ForwardRegion
+from .rules.step_function import StepBody, StepGroup
 from .step_values import (
     GUARDABLE,
     branches,
     classify_value_statement,
-    escaping_values,
-    on_copies,
     refuse_step_chosen_by_a_measure,
 )
 from .syntax import (
@@ -88,7 +86,7 @@ class StepBuilder:
     def plan(self) -> None:
         if multi_step.feeds_later_backward(self):
             return
-        found = self._find_step_group()
+        found = step_function.find_step_group(self)
         if split_step.planned_already(self, found):
             return
         refuse_step_chosen_by_a_measure(self, found)
@@ -115,10 +113,10 @@ class StepBuilder:
                 raise
             self._plan_autograd_form(found, optimizer, model, unfused)
             return
-        zero_grads = self._zero_grads_to_move(region, optimizer, model, found)
+        zero_grads = step_function.zero_grads_to_move(self, region, optimizer, model, found)
         loss_function.emit_forward(self, region, forward)
-        self.forward_emitted(forward)
-        self._plan_step_group(found, optimizer, model, zero_grads)
+        self.fused_form_planned(region, zero_grads, forward)
+        step_function.plan_step_group(self, found, optimizer, model, zero_grads)
         self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
             forward_statements = region.with_statement or region.statements[region.start : region.end]
@@ -126,14 +124,36 @@ class StepBuilder:
             skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
             self._order_optimizer_writes(skipped, optimizer, model)
 
-    def forward_emitted(self, forward: ForwardPlan) -> None:
-        """Called once the loss function for ``forward`` is planned; for the shapes that
-        track the model calls of their steps."""
+    # ------------------------------------------------ hooks of the step's shape
+    def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
+        """Called once the loss function for ``forward`` (found in ``region``; the
+        ``zero_grads`` move into the step function) is planned: for the shapes that track
+        where their steps start (apex)."""
+
+    def holds_model(self, node: cst.BaseExpression, model: str) -> bool:
+        """``node`` spells ``model`` in a way of this shape's own, besides the names the
+        rules follow (apex: a model held on ``self``, compared by source text)."""
+        return False
+
+    def shape_edits(self, statement: cst.BaseStatement, kind: Optional[str], optimizer: str) -> None:
+        """Edits of this shape to a step statement of ``kind``, besides those every step
+        gets (:func:`~migrate.rules.step_function.group_edits`)."""
+
+    def _step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
+        """(statements for the step function, the main-thread update) from the step group."""
+        return step_function.split_update(updated, kinds)
+
+    def step_group_after(
+        self, block: Union[cst.IndentedBlock, cst.Module], body: List[cst.BaseStatement], after: int
+    ) -> Tuple[Optional[StepGroup], bool]:
+        """See :func:`migrate.rules.step_function.step_group_after` (for the modules that
+        find a step group in another method or function)."""
+        return step_function.step_group_after(self, block, body, after)
 
     autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
     step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
 
-    def _plan_autograd_form(self, found: "StepGroup", optimizer: str, model: str, unfused: Blocked) -> None:
+    def _plan_autograd_form(self, found: StepGroup, optimizer: str, model: str, unfused: Blocked) -> None:
         """RoundPipe's autograd form (design/MIGRATE.md, "Two target forms"): the forward,
         the loss code and ``scaler.scale(loss).backward()`` stay on the main thread as
         written (RoundPipe's forward is differentiable; the backward accumulates the
@@ -141,8 +161,8 @@ class StepBuilder:
         work moves into the step function."""
         zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], optimizer, model)]
         if zero_grads:
-            self._require_every_iteration(self.body[zero_grads[0]], found)
-        self._plan_step_group(found, optimizer, model, zero_grads)
+            step_function.require_every_iteration(self, self.body[zero_grads[0]], found)
+        step_function.plan_step_group(self, found, optimizer, model, zero_grads)
         self.rules.plan.rewrites.append(
             (
                 self.backward,
@@ -249,42 +269,6 @@ class StepBuilder:
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
         return is_scheduler(self.rules, name, at)
 
-    def _find_step_group(self) -> "StepGroup":
-        """The optimizer step statements: the first contiguous run of step statements after
-        the backward, in this block or in the body of an ``if`` (gradient accumulation)
-        that follows it; when the backward ends the body of a loop of micro-steps (nothing
-        after it uses the scaler), the same after that loop."""
-        block, body, after = self.block, self.body, self.index
-        while True:
-            found, stopped = self._step_group_after(block, body, after)
-            if found is not None:
-                return found
-            loop = self.facts.parent(block)
-            climbable = isinstance(loop, (cst.For, cst.While)) and loop.orelse is None
-            if stopped or not (climbable or is_sync_context(self.facts, loop)):  # no_sync/nullcontext block
-                break
-            outer = self.facts.parent(loop)
-            if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
-                break
-            block, body = outer, list(outer.body)
-            assert isinstance(loop, (cst.For, cst.While, cst.With))  # climbable, or a no_sync/nullcontext block
-            after = body.index(loop)
-        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
-        wrapper = (
-            optimizer_wrappers.split_step_reason(self, function) if isinstance(function, cst.FunctionDef) else None
-        )
-        detached = None if wrapper else split_step.detached_group(self)  # the optimizer work in another method
-        detached = detached or (None if wrapper else split_functions.detached_function_group(self))
-        if detached is not None:  # (an optimizer wrapper's methods are called in turn: no one step to move)
-            return detached
-        raise Blocked(
-            self.backward,
-            "RPM106",
-            "no optimizer step (`scaler.step(optimizer)` + "
-            "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-            f"the same block{self._split_over_functions(function, wrapper)}",
-        )
-
     def ends_function(self, function: cst.FunctionDef) -> bool:
         """The backward is a statement of ``function``'s own body with only ``return`` lines
         after it (its step, if any, is in another function or method)."""
@@ -292,51 +276,6 @@ class StepBuilder:
         return self.block is function.body and all(
             isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
         )
-
-    def _split_over_functions(self, function: Optional[cst.CSTNode], wrapper: Optional[str]) -> str:
-        """Why no step follows, when the backward ends its ``function`` (nothing but a
-        ``return`` after it): the step is in another function or method (mixins), or
-        ``wrapper`` (:func:`optimizer_wrappers.split_step_reason`) says why not."""
-        if not isinstance(function, cst.FunctionDef) or not self.ends_function(function):
-            return ""
-        if wrapper is not None:
-            return wrapper
-        return (
-            f" ({function.name.value}() ends with it: a step split over several functions or "
-            "methods, e.g. backward and update mixins, is not migrated)"
-        )
-
-    def _step_group_after(
-        self, block: Union[cst.IndentedBlock, cst.Module], body: List[cst.BaseStatement], after: int
-    ) -> Tuple[Optional["StepGroup"], bool]:
-        """The step group among ``body[after + 1:]``; ``True`` with None when a statement
-        there uses the scaler without being one."""
-        for position in range(after + 1, len(body)):
-            statement = body[position]
-            found = self._step_run(block, body, position, None)
-            if found is not None:
-                return found, True
-            if isinstance(statement, cst.If) and self._mentions(statement, self.anchor):
-                if statement.orelse is not None:
-                    raise Blocked(statement, "RPM135", "conditional optimizer step with an else branch")
-                inner: List[cst.BaseStatement] = list(statement.body.body)  # type: ignore[arg-type]
-                for inner_position in range(len(inner)):
-                    found = self._step_run(statement.body, inner, inner_position, statement)
-                    if found is not None:
-                        return found, True
-            if self._mentions(statement, self.anchor):
-                return None, True
-        return None, False
-
-    def _step_run(
-        self, block: cst.CSTNode, statements: List[cst.BaseStatement], start: int, condition: Optional[cst.If]
-    ) -> Optional["StepGroup"]:
-        if self._classify(statements[start]) is None:
-            return None
-        end = start
-        while end < len(statements) and self._classify(statements[end]) is not None:
-            end += 1
-        return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
     def _mentions(self, node: cst.CSTNode, name: str) -> bool:
         if name == self.scaler and len(self.scaler_spellings) > 1:
@@ -527,138 +466,8 @@ class StepBuilder:
         statement.visit(Find())
         return calls
 
-    def _zero_grads_to_move(self, region: ForwardRegion, optimizer: str, model: str, found: "StepGroup") -> List[int]:
-        """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
-        top of the iteration, or between loss and backward): they move to the step's end."""
-        found_at = [p for p in range(region.outer_index) if self._zero_grad_call(self.body[p], optimizer, model)]
-        found_at += region.zero_grads
-        if found_at:
-            self._require_every_iteration(self.body[found_at[0]], found)
-        return found_at
-
-    def _require_every_iteration(self, zero_grad: cst.BaseStatement, found: "StepGroup") -> None:
-        """A ``zero_grad()`` before the backward moves to the step's end only when the step
-        runs in every iteration that zeroes (not under a condition, nor after a loop of
-        micro-steps): otherwise the zeroing would no longer discard the gradients between."""
-        if found.block is not self.block:
-            raise Blocked(
-                zero_grad,
-                "RPM135",
-                "zero_grad() every iteration but an optimizer step "
-                "under a condition or after a loop; not certain, left untouched",
-            )
-
     def _fresh(self, base: str) -> str:
         return self.rules.plan.fresh(base)
-
-    # ------------------------------------------------------------- emit: step
-    def _plan_step_group(self, found: "StepGroup", optimizer: str, model: str, zero_grads: List[int]) -> None:
-        plan = self.rules.plan
-        group = list(found.statements)
-        step_fn = self._fresh("_step_fn")
-        kinds = [self._classify(s) for s in group]
-        self._group_edits(group, kinds, optimizer, model)
-        moved_zero = None
-        if zero_grads:
-            zero_call = only_expression(self.body[zero_grads[0]])
-            assert isinstance(zero_call, cst.Call)  # a zero_grad() call (_zero_grad_call)
-            arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
-            moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
-        escaping = escaping_values(self, [s for s, _ in self._with_kinds(group)])
-        in_order = step_decisions.main_thread_work(self, group)
-        step_suffix = ", is_async=False" if self.rules.exact or escaping.names or in_order else ""
-        branch_update = step_decisions.plan_branch_updates(self, group)
-
-        def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-            inside, update = self._step_body(updated, kinds, optimizer)
-            update = update or branch_update
-            if moved_zero is not None:
-                inside.append(moved_zero)
-            if escaping.declaration is not None:
-                inside = [escaping.declaration.with_changes(leading_lines=inside[0].leading_lines), *inside]
-            definition = cst.ensure_type(cst.parse_statement(f"def {step_fn}():\n    pass\n"), cst.FunctionDef)
-            definition = definition.with_changes(
-                leading_lines=inside[0].leading_lines,
-                body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
-            )
-            step = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
-            return [*escaping.bindings, definition, step] + ([update] if update is not None else [])
-
-        plan.edits.replace_range(found.block, found.start, found.end, build)
-        self.rules.plan.step_statements.update(self.body[index] for index in zero_grads)
-        if multi_step.keeps_zero_grad_in_place(self):
-            multi_step.zero_models_in_place(self, zero_grads, optimizer, model)
-        else:
-            for index in zero_grads:
-                plan.edits.replace_range(self.block, index, index + 1, drop_keeping_comments)
-        self.rules.plan.step_statements.update(statement for statement, _ in self._with_kinds(group))
-        plan.rewrites.append((group[0], self.step_rewrite))
-        if escaping.names:
-            plan.rewrites.append(
-                (
-                    group[0],
-                    f"step run synchronously: {', '.join(escaping.names)} "
-                    "(measured in the step) is read on the main thread",
-                )
-            )
-        if in_order:
-            plan.rewrites.append(
-                (
-                    in_order[0],
-                    "step run synchronously: the `if` choosing it from the measured norm does "
-                    "main-thread work in the step function, at its place in the iteration",
-                )
-            )
-
-    def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
-        """Expression edits inside the step statements: clipping on the optimizer copies,
-        ``model.zero_grad`` through the optimizer (whose parameters are the copies)."""
-        for statement, kind in self._with_kinds(group):
-            if kind == "clip":
-                self._clip_on_copies(statement, model)
-            if kind == "measure":
-                on_copies(self, statement, model)
-            if kind == "zero_grad":
-                call = only_expression(statement)
-                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # what _classify found
-                if self.rules.reference(call.func.value) == model:
-                    self.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.parse_expression(optimizer))
-
-    def _update_statement(self, original: Optional[cst.BaseStatement]) -> cst.BaseStatement:
-        """``scaler.update()`` for the main thread: the original one, kept as written, in both
-        forms. With --exact no ``is_async=False`` is needed: after ``model.step(...,
-        is_async=False)`` the step was waited for, so a plain ``update()`` applies this
-        iteration's result (torch's sequence), and the line stays valid on upstream 0.1.1."""
-        if original is not None:
-            return original
-        return cst.parse_statement(f"{self.scaler}.update()\n")
-
-    def _step_body(self, updated, kinds, optimizer: str):
-        """(statements for the step function, the update statement) from the step group."""
-        if "update" not in kinds:  # the shared scaler's update comes after a later step
-            return list(updated), None
-        update_index = kinds.index("update")
-        inside = [s for i, s in enumerate(updated) if i != update_index]
-        return inside, self._update_statement(updated[update_index])
-
-    def _clip_on_copies(self, statement: cst.BaseStatement, model: str) -> None:
-        call = only_expression(statement)
-
-        class Find(cst.CSTVisitor):
-            def __init__(inner) -> None:  # noqa: N805
-                inner.found: List[cst.Call] = []
-
-            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
-                if method_call(node, model, "parameters"):
-                    inner.found.append(node)
-
-        finder = Find()
-        assert call is not None  # a clip call (_classify)
-        call.visit(finder)
-        for parameters in finder.found:
-            self.rules.plan.edits.replace_expression(
-                parameters.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
-            )
 
 
 def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:
@@ -689,16 +498,3 @@ def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, paramete
         (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
     )
     plan.wrapped_models.append((built.scope, model, rules.facts.order(built.statement)))
-
-
-@dataclass(frozen=True)
-class StepGroup:
-    """The optimizer statements of a recognised step: ``statements`` are
-    ``block.body[start:end]``; ``condition`` is the ``if`` around them (gradient
-    accumulation), else None."""
-
-    block: cst.CSTNode
-    start: int
-    end: int
-    statements: Tuple[cst.BaseStatement, ...]
-    condition: Optional[cst.If]
