@@ -79,7 +79,7 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
             tuple(group[start - found.start : start - found.start + count]),
             found.condition,
         )
-        step._plan_autograd_form(segment, optimizer, model, reason)
+        step.plan_autograd_form(segment, optimizer, model, reason)
         start += count
     step.trained = (optimizers[-1], trained[optimizers[-1]][0])
 

@@ -23,6 +23,7 @@ import libcst.matchers as m
 
 from .plan import Blocked
 from .rules import step_function
+from .rules.optimizer_writes import order_optimizer_writes
 from .steps import StepBuilder
 from .syntax import method_call, only_expression
 
@@ -73,7 +74,7 @@ class PlainStepBuilder(StepBuilder):
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
         )
         if not self.rules.exact:
-            self._order_optimizer_writes({*found.statements, self.backward}, self.optimizer, self.model)
+            order_optimizer_writes(self, {*found.statements, self.backward}, self.optimizer, self.model)
 
     def _step_body(self, updated, kinds, optimizer: str):
         return list(updated), None

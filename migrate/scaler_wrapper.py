@@ -665,8 +665,7 @@ class _PlainPathBesideWrapper(PlainStepBuilder):
     """The plain path of a two-path step whose AMP path is a wrapper call; the wrapper rule
     orders the main-thread optimizer writes for both paths (after the whole ``if``)."""
 
-    def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
-        return None
+    orders_optimizer_writes = False
 
 
 def _first_statement(function: cst.FunctionDef) -> Optional[cst.CSTNode]:

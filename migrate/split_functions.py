@@ -104,7 +104,7 @@ def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: s
     if not step.rules.exact:
         _refuse_optimizer_writes(step, function, backward_function, found, optimizer)
     unfused = Blocked(step.backward, _CODE, f"the optimizer step is in another function ({where})")
-    step._plan_autograd_form(found, optimizer, model, unfused)
+    step.plan_autograd_form(found, optimizer, model, unfused)
     return True
 
 

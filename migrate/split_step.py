@@ -79,7 +79,7 @@ def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model
         "RPM106",
         f"the optimizer step is in another method ({where}); the backward stays where it is",
     )
-    step._plan_autograd_form(found, optimizer, model, unfused)
+    step.plan_autograd_form(found, optimizer, model, unfused)
     return True
 
 

@@ -11,23 +11,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import Scope
 
 from . import joint_steps, multi_step, split_functions, split_step, step_decisions
 from .aliases import spellings
-from .attributes import InstanceFamily, check_wrap, instance_places, wrap_where_bound, wrapped
+from .attributes import InstanceFamily, check_wrap, wrap_where_bound, wrapped
 from .ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from .edits import drop_keeping_comments
 from .handed_in import handed_model, plan_handed_wrap
 from .names import CLIP_FUNCTIONS
 from .optimizer_helpers import helper_model, plan_adopting_wrap
-from .optimizer_writes import is_scheduler, optimizer_writes
-from .origins import INLINE, exclusive, origins, parameters_fed
+from .optimizer_writes import is_scheduler
+from .origins import exclusive, origins, parameters_fed
 from .parallel import parallel_call
 from .plan import Binding, Blocked
 from .rules import loss_function, step_function
+from .rules.autograd_form import plan_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
+from .rules.optimizer_writes import order_optimizer_writes
 from .rules.step_function import StepBody, StepGroup
 from .step_values import (
     GUARDABLE,
@@ -111,7 +111,7 @@ class StepBuilder:
         except Blocked as unfused:
             if not self.autograd_form or unfused.code not in UNFUSABLE:
                 raise
-            self._plan_autograd_form(found, optimizer, model, unfused)
+            plan_autograd_form(self, found, optimizer, model, unfused)
             return
         zero_grads = step_function.zero_grads_to_move(self, region, optimizer, model, found)
         loss_function.emit_forward(self, region, forward)
@@ -122,7 +122,7 @@ class StepBuilder:
             forward_statements = region.with_statement or region.statements[region.start : region.end]
             skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
             skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
-            self._order_optimizer_writes(skipped, optimizer, model)
+            order_optimizer_writes(self, skipped, optimizer, model)
 
     # ------------------------------------------------ hooks of the step's shape
     def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
@@ -151,75 +151,13 @@ class StepBuilder:
         return step_function.step_group_after(self, block, body, after)
 
     autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
+    orders_optimizer_writes = True  # False where another rule orders them (a wrapper's two-path step)
     step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
 
-    def _plan_autograd_form(self, found: StepGroup, optimizer: str, model: str, unfused: Blocked) -> None:
-        """RoundPipe's autograd form (design/MIGRATE.md, "Two target forms"): the forward,
-        the loss code and ``scaler.scale(loss).backward()`` stay on the main thread as
-        written (RoundPipe's forward is differentiable; the backward accumulates the
-        gradients that ``model.step`` hands to the optimizer copies); only the optimizer
-        work moves into the step function."""
-        zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], optimizer, model)]
-        if zero_grads:
-            step_function.require_every_iteration(self, self.body[zero_grads[0]], found)
-        step_function.plan_step_group(self, found, optimizer, model, zero_grads)
-        self.rules.plan.rewrites.append(
-            (
-                self.backward,
-                "autograd form: forward, loss code and backward "
-                f"kept on the main thread (not fused: {unfused.message})",
-            )
-        )
-        if not self.rules.exact:
-            self._order_optimizer_writes({*found.statements, self.backward}, optimizer, model)
-
-    def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
-        """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
-        optimizer) in the step's function, and after the wrap where the optimizer is built,
-        wait for the running step first (``model.synchronize()`` before them); the
-        ``skipped`` statements are the step's own."""
-        function = self.facts.enclosing(self.backward, (cst.FunctionDef,))
-        trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
-        trainers = {trainer} if trainer else set()
-        places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
-            (function or self.facts.module, optimizer, model, [self.backward])
-        ]
-        builds: List[Tuple[Binding, str]] = getattr(self, "builds", [])
-        states = self.rules.state_objects
-        for built, model_outer in builds:
-            if isinstance(built.scope, InstanceFamily):
-                places = instance_places(built.scope, function, self.backward, optimizer, model)
-            if built.scope is self.facts.scope(self.backward) or not trainer or built.name == INLINE:
-                continue
-            scope = built.scope
-            root: cst.CSTNode = (
-                self.facts.function_of(scope) if isinstance(scope, Scope) else None
-            ) or self.facts.module
-            # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
-            calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
-            places.append((root, built.name, model_outer, calls))
-        # a state object's optimizer: every function holding the state may write it anytime
-        places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, self.backward)]
-        # `opt = optimizer`: writes through an alias bound once in the step's scope
-        places += [
-            (function or self.facts.module, alias, model, [self.backward])
-            for alias in sorted(spellings(self.facts, optimizer, self.backward) - {optimizer})
-        ]
-        for root, name, model_name, anchors in places:
-
-            def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
-                return self._is_scheduler(owner, at) and multi_step.schedules(self, owner, at, name)
-
-            for statement in optimizer_writes(self.facts, root, name, its_scheduler, skipped, trainers):
-                if anchors is None or any(self._may_run_after(statement, anchor) for anchor in anchors):
-                    self.rules.plan.synchronize_before.append((statement, model_name))
-
-    def _may_run_after(self, statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-        """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
-        if self.facts.order(statement) > self.facts.order(anchor):
-            return True
-        loops = {id(a) for a in self.facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
-        return any(id(a) in loops for a in self.facts.ancestors(statement))
+    def plan_autograd_form(self, found: StepGroup, optimizer: str, model: str, unfused: Blocked) -> None:
+        """See :func:`migrate.rules.autograd_form.plan_autograd_form` (for the modules that
+        plan a step found in another method or function, or one of several steps)."""
+        plan_autograd_form(self, found, optimizer, model, unfused)
 
     # ------------------------------------------------------------ the step group
     def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
