@@ -119,7 +119,7 @@ class ApexStepBuilder(StepBuilder):
             raise Blocked(group[0], "RPM107", "the step must call optimizer.step() once")
         return self.optimizer
 
-    def _model_for(self, optimizer: str) -> str:
+    def model_for(self, optimizer: str) -> str:
         scope = self.facts.scope(self.backward)
         candidates = self.rules.models_in(scope) | self.rules.held_models(self.backward)
         called = {

@@ -9,7 +9,7 @@
     scaler.update()
     opt_dec.zero_grad()
 
-Each optimizer trains one network (:meth:`StepBuilder._model_for`), so each network is wrapped
+Each optimizer trains one network (:meth:`StepBuilder.model_for`), so each network is wrapped
 in RoundPipe and gets a step function of its own: the step group is cut into one contiguous
 segment per optimizer (its unscale, clipping, step, zeroing and scheduler statements), each
 planned as a step of the autograd form (the loss reaches every network, so the forward and
@@ -59,8 +59,8 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
         raise unsupported_group(step, group, kinds)
     trained: Dict[str, Tuple[str, Binding, str]] = {}
     for optimizer in optimizers:
-        model = step._model_for(optimizer)
-        trained[optimizer] = (model, step.built, step.model_outer)  # both set by _model_for
+        model = step.model_for(optimizer)
+        trained[optimizer] = (model, step.built, step.model_outer)  # both set by model_for
     if len({model for model, _, _ in trained.values()}) != len(trained):
         raise Blocked(group[0], "RPM107", "several optimizers of one model are stepped after one backward")
     owners = _owners(step, group, kinds, optimizers, {o: m for o, (m, _, _) in trained.items()})

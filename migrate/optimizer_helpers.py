@@ -51,7 +51,7 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     if len(found) != 1:
         return None
     name, _ = found[0]
-    return name, step._local_name_for(name, built)
+    return name, step.local_name_for(name, built)
 
 
 def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
@@ -121,7 +121,7 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
 
     assert built.value is not None
     plan.edits.replace_expression(built.value, adopt)
-    step._plan_wrap(built, model, [])
+    step.plan_wrap(built, model)
     plan.rewrites.append(
         (
             built.value,

@@ -61,7 +61,7 @@ from .names import SCALER_STATE_METHODS
 from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
-from .steps import plan_model_wrap
+from .rules.model_wrap import plan_model_wrap
 from .syntax import code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:

@@ -14,17 +14,11 @@ import libcst as cst
 
 from . import joint_steps, multi_step, split_functions, split_step, step_decisions
 from .aliases import spellings
-from .attributes import InstanceFamily, check_wrap, wrap_where_bound, wrapped
-from .ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from .edits import drop_keeping_comments
-from .handed_in import handed_model, plan_handed_wrap
 from .names import CLIP_FUNCTIONS
-from .optimizer_helpers import helper_model, plan_adopting_wrap
 from .optimizer_writes import is_scheduler
-from .origins import exclusive, origins, parameters_fed
-from .parallel import parallel_call
 from .plan import Binding, Blocked
-from .rules import loss_function, step_function
+from .rules import loss_function, model_wrap, step_function
 from .rules.autograd_form import plan_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.optimizer_writes import order_optimizer_writes
@@ -37,18 +31,16 @@ from .step_values import (
 )
 from .syntax import (
     calls_method,
-    code,
     dotted,
     method_call,
     names_in,
     only_expression,
-    receiver,
 )
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["StepBuilder", "StepGroup", "UNFUSABLE", "plan_model_wrap"]
+__all__ = ["StepBuilder", "StepGroup", "UNFUSABLE"]
 
 #: Why the forward and the loss cannot move into a loss function: RPM131 (no forward of the
 #: recognised shape right before the backward), RPM132 (a starred model call), RPM133 (the
@@ -61,7 +53,14 @@ _GUARDABLE: Set[Optional[str]] = set(GUARDABLE)  # step statements an `if` may h
 
 
 class StepBuilder:
-    """Recognises one training step around ``scaler.scale(loss).backward()`` and plans it."""
+    """Recognises one training step around ``scaler.scale(loss).backward()`` and plans it.
+
+    The builder is the context every rule function of the step is handed: the step's
+    statements, its shape hooks (overridden by the apex and plain-path steps) and the
+    shared context ``rules`` (project facts, bindings, the plan, options)."""
+
+    built: Binding  # the first place the optimizer is built (model_for)
+    model_outer: str  # the model's name there
 
     def __init__(
         self, rules: "TorchAmpRules", scaler: str, backward: cst.SimpleStatementLine, loss: cst.BaseExpression
@@ -81,6 +80,8 @@ class StepBuilder:
         self.block: Union[cst.IndentedBlock, cst.Module] = block
         self.body = list(self.block.body)
         self.index = self.body.index(backward)
+        # where the step's optimizer is built, with the model's name there (model_for)
+        self.builds: List[Tuple[Binding, str]] = []
 
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
@@ -95,7 +96,7 @@ class StepBuilder:
             return
         group = list(found.statements)
         optimizer = self._optimizer_of(group)
-        model = self._model_for(optimizer)
+        model = self.model_for(optimizer)
         found = multi_step.own_statements(self, found, optimizer, model)
         group = list(found.statements)
         self.trained = (optimizer, model)
@@ -252,142 +253,20 @@ class StepBuilder:
                 raise Blocked(call, "RPM107", "unscale_() of another optimizer")
         return optimizer
 
-    def _model_for(self, optimizer: str) -> str:
-        """The model's name in the step's scope; plans the wrap and the optimizer rewrite
-        for every place the step's optimizer is built (a training function called for two
-        models wraps each)."""
-        self.builds: List[Tuple[Binding, str]] = []
-        local_names: Set[str] = set()
-        for built in origins(self.rules, optimizer, self.step_site):
-            model_outer, local = self._model_built_with(built)
-            if any(
-                b.scope is built.scope
-                and outer == model_outer
-                and not exclusive(self.facts, b.statement, built.statement)  # type: ignore[arg-type]
-                for b, outer in self.builds
-            ):
-                raise Blocked(
-                    built.statement or self.backward,
-                    "RPM107",
-                    f"the model {model_outer!r} is trained with several optimizers through one step",
-                )
-            self.builds.append((built, model_outer))
-            local_names.add(self._through_state(optimizer, built, model_outer) or local)
-        if len(local_names) != 1:
-            raise Blocked(self.backward, "RPM107", "the step trains models it sees under different names")
-        self.built, self.model_outer = self.builds[0]
-        return local_names.pop()
+    def model_for(self, optimizer: str) -> str:
+        """The model the step trains with ``optimizer``, its wrap planned
+        (:func:`migrate.rules.model_wrap.model_for`; apex follows ``amp.initialize``)."""
+        return model_wrap.model_for(self, optimizer)
 
-    def _through_state(self, optimizer: str, built: Binding, model: str) -> Optional[str]:
-        """The step's reference to the model when it reads the optimizer through a state
-        object (``state.optimizer`` -> ``state.model``, see :mod:`migrate.state_objects`)."""
-        states = self.rules.state_objects
-        found = states.lookup(optimizer, self.backward)
-        if found is None:
-            return None
-        build = found[0]
-        statement = built.statement
-        if (
-            statement is None
-            or self.facts.scope(build) is not built.scope
-            or self.facts.order(build) < self.facts.order(statement)
-        ):
-            raise Blocked(
-                build,
-                "RPM125",
-                f"the state object is built before (or away from) its optimizer {optimizer!r}: it would "
-                "hold the model unwrapped; left untouched",
-            )
-        return states.model_reference(optimizer, model, self.backward)
+    def local_name_for(self, model_outer: str, built: Binding) -> str:
+        """See :func:`migrate.rules.model_wrap.local_name_for` (for the optimizer helpers)."""
+        return model_wrap.local_name_for(self, model_outer, built)
 
-    def _model_built_with(self, built: Binding) -> Tuple[str, str]:
-        """(the model's name where ``built`` builds the optimizer, its name in the step's
-        scope); plans the wrap and the optimizer rewrite."""
-        if not isinstance(built.value, cst.Call):
-            raise Blocked(
-                built.statement or self.backward,
-                "RPM108",
-                f"optimizer {built.name or code(built.value or cst.Name('?'))!r} is not built by a call in this file",
-            )
-        parameter_calls = [
-            call
-            for call in self.facts.subtree(built.value, cst.Call)
-            if calls_method(call, "parameters") and not call.args and self.rules.reference(receiver(call))
-        ]
-        owners = {owner for call in parameter_calls if (owner := self.rules.reference(receiver(call)))}
-        if len(owners) > 1:
-            optimizer = built.name or code(built.value)
-            raise Blocked(built.value, "RPM108", multi_step.several_models_message(optimizer, owners))
-        if not owners:  # `create_optimizer(model, cfg)`: a helper groups the parameters
-            found = helper_model(self, built)
-            if found is not None:
-                model_outer, local = found
-                self._reject_parallel(model_outer, built)
-                plan_adopting_wrap(self, built, model_outer)
-                return model_outer, local
-        if len(owners) != 1:
-            raise Blocked(
-                built.value,
-                "RPM108",
-                "the optimizer is not built on "
-                "`model.parameters()` of one model (parameter groups of submodules "
-                "cannot be mapped to RoundPipe's optimizer copies)",
-            )
-        model_outer = owners.pop()
-        if "." in model_outer and not isinstance(built.scope, InstanceFamily):
-            raise Blocked(
-                built.value, "RPM108", f"the optimizer is built on {model_outer!r} outside its class's own attributes"
-            )
-        guard, aliases = None, set()  # DDP guards and aliases are followed for names only
-        if isinstance(built.scope, InstanceFamily):
-            if plan_handed_wrap(self, built, model_outer, parameter_calls):  # `Trainer(model)`: wrapped there
-                return model_outer, model_outer
-            check_wrap(built.scope, model_outer, built)
-        else:
-            guard = find_ddp_guard(self.facts, built, model_outer)  # `if args.distributed: model = DDP(model)`
-            model_outer = guard.model if guard is not None else model_outer
-            aliases = aliased_models(self.facts, built, model_outer)
-        for trained in {model_outer, *aliases}:
-            self._reject_parallel(trained, built, guard.statement if guard is not None else None)
-        self._plan_wrap(built, model_outer, parameter_calls)
-        if guard is not None:
-            plan_ddp_guard(self, built, guard)
-        return model_outer, self._local_name_for(model_outer, built)
+    def plan_wrap(self, built: Binding, model: str) -> None:
+        """Wrap ``model`` where the optimizer ``built`` on it is built, its parameters
+        grouped by a helper (:mod:`migrate.optimizer_helpers`)."""
+        model_wrap.plan_model_wrap(self.rules, built, model, [])
 
-    def _reject_parallel(self, model: str, built: Binding, guard: Optional[cst.CSTNode] = None) -> None:
-        """RPM101 for a DDP/DataParallel binding of ``model``, except under ``guard``."""
-        for node in self.rules._assignments(model, built.scope):
-            call = parallel_call(self.facts, self.facts.statement_of(node), skip=guard)
-            if call is not None:
-                raise Blocked(
-                    call,
-                    "RPM101",
-                    "DistributedDataParallel/DataParallel model (here or "
-                    "in the helper this calls): RoundPipe manages devices itself; left untouched",
-                )
-
-    def _local_name_for(self, model_outer: str, built: Binding) -> str:
-        """The name under which the step's scope sees the model."""
-        step_scope = self.facts.scope(self.step_site)
-        if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
-            return model_outer
-        handed = handed_model(self, model_outer, built)  # `Trainer(model, optimizer)`: `self.model`
-        if handed is not None:
-            return handed
-        function = self.facts.function_of(step_scope)
-        fed = next(parameters_fed(self.rules, function, model_outer, built.scope), None) if function else None
-        if fed is not None:
-            self._wrapped_parameter(function, fed)  # type: ignore[arg-type]
-            return fed
-        return model_outer
-
-    def _wrapped_parameter(self, function: cst.FunctionDef, name: str) -> None:
-        self.rules.plan.wrapped_models.append((self.facts.scope(function.body.body[0]), name, 0))
-
-    def _plan_wrap(self, built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:
-        plan_model_wrap(self.rules, built, model, parameter_calls)
-
-    # ---------------------------------------------------------- forward region
     def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         call = only_expression(statement)
         return call is not None and (method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad"))
@@ -403,36 +282,3 @@ class StepBuilder:
 
         statement.visit(Find())
         return calls
-
-    def _fresh(self, base: str) -> str:
-        return self.rules.plan.fresh(base)
-
-
-def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:
-    """Wrap ``model`` with ``roundpipe.RoundPipe`` right before the optimizer ``built`` on
-    it, and build that optimizer on ``model.optim_parameters()`` (``parameter_calls``: its
-    ``model.parameters()`` calls); once per optimizer statement."""
-    plan = rules.plan
-    assert built.statement is not None  # an optimizer bound by a statement (origins)
-    for call in parameter_calls:
-        plan.edits.replace_expression(
-            call.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
-        )
-    if id(built.statement) in plan.wrapped_optimizers:
-        return
-    plan.wrapped_optimizers.add(id(built.statement))
-    config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
-    construction = wrap_where_bound(built, model)
-    if construction is not None:  # `self.model = roundpipe.RoundPipe(Net(), ...)`
-        template = f"roundpipe.RoundPipe(_, {config})"
-        plan.edits.replace_expression(construction, lambda updated: wrapped(template, updated))
-    else:
-        block = rules.facts.parent(built.statement)
-        assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
-        index = list(block.body).index(built.statement)
-        wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
-        plan.edits.insert_before(block, index, [wrap])
-    plan.rewrites.append(
-        (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")
-    )
-    plan.wrapped_models.append((built.scope, model, rules.facts.order(built.statement)))

@@ -20,7 +20,6 @@ from ..aliases import spellings
 from ..attributes import InstanceFamily, instance_places
 from ..optimizer_writes import is_scheduler, optimizer_writes
 from ..origins import INLINE
-from ..plan import Binding
 from . import Example, Pattern, Rule
 
 if TYPE_CHECKING:
@@ -69,9 +68,8 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
     places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
         (function or facts.module, optimizer, model, [step.backward])
     ]
-    builds: List[Tuple[Binding, str]] = getattr(step, "builds", [])
     states = step.rules.state_objects
-    for built, model_outer in builds:
+    for built, model_outer in step.builds:
         if isinstance(built.scope, InstanceFamily):
             places = instance_places(built.scope, function, step.backward, optimizer, model)
         if built.scope is facts.scope(step.backward) or not trainer or built.name == INLINE:
