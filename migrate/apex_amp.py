@@ -89,23 +89,23 @@ class ApexStepBuilder(StepBuilder):
         self.anchor = optimizer
         self.first: cst.BaseStatement = statement
 
-    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+    def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
         if _called_on(value, self.optimizer, "step") and not value.args:  # type: ignore[union-attr]
             return "step"
         if _called_on(value, self.optimizer, "zero_grad"):
             return "zero_grad"
-        kind = super()._classify(statement)
+        kind = super().classify(statement)
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
 
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
-    def _model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
+    def model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
         return [
             call for call in m.findall(statement, m.Call()) if isinstance(call, cst.Call) and code(call.func) == model
         ]
 
-    def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+    def zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         value = only_expression(statement)
         return _called_on(value, optimizer, "zero_grad") or _called_on(value, model, "zero_grad")
 
@@ -113,8 +113,8 @@ class ApexStepBuilder(StepBuilder):
         self.first = self.body[min([region.outer_index, *zero_grads])]  # where the step's code starts
         self.rules.step_model_calls.add(forward.model_call)
 
-    def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
-        kinds = [self._classify(s) for s in group]
+    def optimizer_of(self, group: List[cst.BaseStatement]) -> str:
+        kinds = [self.classify(s) for s in group]
         if kinds.count("step") != 1:
             raise Blocked(group[0], "RPM107", "the step must call optimizer.step() once")
         return self.optimizer
@@ -123,7 +123,7 @@ class ApexStepBuilder(StepBuilder):
         scope = self.facts.scope(self.backward)
         candidates = self.rules.models_in(scope) | self.rules.held_models(self.backward)
         called = {
-            name for name in candidates for statement in self.body[: self.index] if self._model_calls(statement, name)
+            name for name in candidates for statement in self.body[: self.index] if self.model_calls(statement, name)
         }
         if len(called) != 1:
             raise Blocked(
@@ -139,12 +139,12 @@ class ApexStepBuilder(StepBuilder):
     def shape_edits(self, statement: cst.BaseStatement, kind: Optional[str], optimizer: str) -> None:
         if kind == "step":  # `optimizer.step()` steps through the loss's scaler
             call = only_expression(statement)
-            assert call is not None  # an optimizer.step() call (_classify)
+            assert call is not None  # an optimizer.step() call (classify)
             self.rules.plan.edits.replace_expression(
                 call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
             )
 
-    def _step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
+    def step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
         inside: List[Any] = list(updated)
         if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
             first = kinds.index("clip")
@@ -236,7 +236,7 @@ class ApexRules(TorchAmpRules):
         """Set :attr:`plain` when the whole file can be written with upstream's API, else
         note (RPM303) why it keeps the compat form."""
         allowed = ("apex.amp.scale_loss", "apex.amp.master_params", *EXTRAS)
-        found = plain_setup(self.facts, uses, allowed, self._constructed)
+        found = plain_setup(self.facts, uses, allowed, self.constructed)
         if isinstance(found, PlainSetup):
             withs = [self.facts.statement_of(node) for node, qualified in uses if qualified == "apex.amp.scale_loss"]
             blocks = [w for w in withs if isinstance(w, cst.With)]
@@ -383,7 +383,7 @@ class ApexRules(TorchAmpRules):
 
         ``model_suffix`` is appended to the model passed in (``.float()`` for a model the old
         API made half: initialize wants fp32 models and makes the half copy itself)."""
-        built = self._constructed(optimizer, at)
+        built = self.constructed(optimizer, at)
         owners = (
             {
                 c.func.value.value  # type: ignore[attr-defined]  # the matched Call(func=Attribute(value=Name))

@@ -38,7 +38,7 @@ __all__ = ["plan_joint_steps", "steps_several"]
 
 def steps_several(step: "StepBuilder", found: "StepGroup") -> bool:
     """The group calls ``scaler.step`` more than once (one per optimizer, presumably)."""
-    return step.autograd_form and [step._classify(s) for s in found.statements].count("step") > 1
+    return step.autograd_form and [step.classify(s) for s in found.statements].count("step") > 1
 
 
 def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
@@ -47,7 +47,7 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
     from .steps import StepGroup
 
     group = list(found.statements)
-    kinds = [step._classify(s) for s in group]
+    kinds = [step.classify(s) for s in group]
     optimizers = _stepped_optimizers(group, kinds)
     if (
         optimizers is None

@@ -97,7 +97,7 @@ def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
         candidates = list(parameters_fed(step.rules, function, name, built.scope))
     else:
         candidates = []
-    return [c for c in candidates if step._model_calls(root, c)][:1]
+    return [c for c in candidates if step.model_calls(root, c)][:1]
 
 
 def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:

@@ -51,16 +51,16 @@ class PlainStepBuilder(StepBuilder):
         self.anchor = self.optimizer
         self.built, self.model_outer = amp_step.built, amp_step.model_outer
 
-    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+    def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
         if isinstance(value, cst.Call) and not value.args and method_call(value, self.optimizer, "step"):
             return "step"
-        kind = super()._classify(statement)
+        kind = super().classify(statement)
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
 
     def plan(self) -> None:
         found = step_function.find_step_group(self)
-        kinds = [self._classify(s) for s in found.statements]
+        kinds = [self.classify(s) for s in found.statements]
         if kinds.count("step") != 1 or found.block is not self.block:
             raise Blocked(
                 found.statements[0],
@@ -68,7 +68,7 @@ class PlainStepBuilder(StepBuilder):
                 "the plain (non-AMP) path does not call "
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
-        zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], self.optimizer, self.model)]
+        zero_grads = [p for p in range(self.index) if self.zero_grad_call(self.body[p], self.optimizer, self.model)]
         step_function.plan_step_group(self, found, self.optimizer, self.model, zero_grads)
         self.rules.plan.rewrites.append(
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
@@ -76,7 +76,7 @@ class PlainStepBuilder(StepBuilder):
         if not self.rules.exact:
             order_optimizer_writes(self, {*found.statements, self.backward}, self.optimizer, self.model)
 
-    def _step_body(self, updated, kinds, optimizer: str):
+    def step_body(self, updated, kinds, optimizer: str):
         return list(updated), None
 
 

@@ -366,7 +366,7 @@ class ScalerWrappers:
     def _plan_class(self, wrapper: WrapperClass) -> None:
         edits = self.plan.edits
         for constructor in wrapper.constructors:
-            self.rules._rewrite_constructor(constructor, self.facts.scaler_kind(constructor))
+            self.rules.rewrite_constructor(constructor, self.facts.scaler_kind(constructor))
         taken = {a.attr.value for a in m.findall(wrapper.node, m.Attribute(value=m.Name("self"), attr=m.Name()))}  # type: ignore[attr-defined]
         model = "_model" if "_model" not in taken else "_roundpipe_model"
         init_params = wrapper.init.params
@@ -508,7 +508,7 @@ class ScalerWrappers:
 
         self.plan.edits.replace_expression(call, build)
         if library:
-            self.rules._rewritten_constructors.add(call)  # its import goes when nothing else uses it
+            self.rules.rewritten_constructors.add(call)  # its import goes when nothing else uses it
         replaced = f"-> {library}, " if library else ""
         self.plan.rewrites.append((call, f"loss-scaler wrapper {code(call.func)} {replaced}given the RoundPipe model"))
         return scope, name

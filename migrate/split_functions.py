@@ -92,7 +92,7 @@ def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: s
             f"the step in {where} trains {model!r}, which is not a parameter of {where}; "
             "a step split over functions is migrated only when the model is handed in",
         )
-    _require_same_caller_binding(step, function, model, step.rules._constructed(model, found.statements[0]))
+    _require_same_caller_binding(step, function, model, step.rules.constructed(model, found.statements[0]))
     for call in step.facts.subtree(step.facts.module, cst.Call):
         if calls_method(call, "zero_grad") and not any(step.facts.within(call, s) for s in found.statements):
             raise Blocked(
@@ -126,7 +126,7 @@ def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
 
 def _require_same_scaler(step: "StepBuilder", first: cst.FunctionDef, second: cst.FunctionDef) -> None:
     """Both functions are called by name only, and every call passes the same scaler."""
-    scaler = step.rules._constructed(step.scaler, first.body.body[0])
+    scaler = step.rules.constructed(step.scaler, first.body.body[0])
     _require_same_caller_binding(step, second, step.scaler, scaler)
     for function in (first, second):
         scope = step.facts.scope(function)
@@ -144,7 +144,7 @@ def _require_same_scaler(step: "StepBuilder", first: cst.FunctionDef, second: cs
 
 def _require_same_caller_binding(step: "StepBuilder", function: cst.FunctionDef, name: str, expected: Binding) -> None:
     scope = step.facts.scope(function.body.body[0])
-    found = step.rules._caller_binding(Binding(scope, name, None, None), function)
+    found = step.rules.caller_binding(Binding(scope, name, None, None), function)
     if found.statement is not expected.statement:
         raise Blocked(
             function,
@@ -171,7 +171,7 @@ def _refuse_optimizer_writes(
         if isinstance(passed, cst.Name):
             places.append((step.facts.enclosing(site, (cst.FunctionDef,)) or step.facts.module, passed.value))
     for root, name in places:
-        writes = optimizer_writes(step.facts, root, name, step._is_scheduler, set(found.statements), trainers)
+        writes = optimizer_writes(step.facts, root, name, step.is_scheduler, set(found.statements), trainers)
         if writes:
             raise Blocked(
                 writes[0],

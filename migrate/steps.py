@@ -95,7 +95,7 @@ class StepBuilder:
             joint_steps.plan_joint_steps(self, found)
             return
         group = list(found.statements)
-        optimizer = self._optimizer_of(group)
+        optimizer = self.optimizer_of(group)
         model = self.model_for(optimizer)
         found = multi_step.own_statements(self, found, optimizer, model)
         group = list(found.statements)
@@ -140,7 +140,7 @@ class StepBuilder:
         """Edits of this shape to a step statement of ``kind``, besides those every step
         gets (:func:`~migrate.rules.step_function.group_edits`)."""
 
-    def _step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
+    def step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
         """(statements for the step function, the main-thread update) from the step group."""
         return step_function.split_update(updated, kinds)
 
@@ -161,7 +161,7 @@ class StepBuilder:
         plan_autograd_form(self, found, optimizer, model, unfused)
 
     # ------------------------------------------------------------ the step group
-    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+    def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value_kind = classify_value_statement(self, statement)  # grad norms, `if clip: ... else: ...`
         if value_kind is not None:
             return value_kind
@@ -169,7 +169,7 @@ class StepBuilder:
             isinstance(statement, cst.If)
             and statement.orelse is None
             and isinstance(statement.body, cst.IndentedBlock)
-            and all(self._classify(inner) in _GUARDABLE for inner in statement.body.body)
+            and all(self.classify(inner) in _GUARDABLE for inner in statement.body.body)
         ):
             return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
         if step_decisions.is_decided(self, statement):
@@ -190,22 +190,22 @@ class StepBuilder:
         if owner is not None and calls_method(value, "zero_grad"):
             return "zero_grad"
         if owner is not None and calls_method(value, "step"):
-            if self._is_scheduler(owner, statement):
+            if self.is_scheduler(owner, statement):
                 return "scheduler"
         return None
 
-    def _with_kinds(self, group: List[cst.BaseStatement]) -> List[Tuple[cst.BaseStatement, Optional[str]]]:
+    def with_kinds(self, group: List[cst.BaseStatement]) -> List[Tuple[cst.BaseStatement, Optional[str]]]:
         """The step group's statements with their kinds, a guarded ``if`` followed by the
         statements of its body."""
         found: List[Tuple[cst.BaseStatement, Optional[str]]] = []
         for statement in group:
-            kind = self._classify(statement)
+            kind = self.classify(statement)
             found.append((statement, kind))
             if kind in ("guarded", "decided") and isinstance(statement, cst.If):
-                found += [(inner, self._classify(inner)) for part in branches(statement) for inner in part]
+                found += [(inner, self.classify(inner)) for part in branches(statement) for inner in part]
         return found
 
-    def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
+    def is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
         return is_scheduler(self.rules, name, at)
 
     def ends_function(self, function: cst.FunctionDef) -> bool:
@@ -216,7 +216,7 @@ class StepBuilder:
             isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return) for s in after
         )
 
-    def _mentions(self, node: cst.CSTNode, name: str) -> bool:
+    def mentions(self, node: cst.CSTNode, name: str) -> bool:
         if name == self.scaler and len(self.scaler_spellings) > 1:
             return any(self._mentions_spelling(node, spelling) for spelling in self.scaler_spellings)
         return self._mentions_spelling(node, name)
@@ -226,14 +226,14 @@ class StepBuilder:
             return any(dotted(a) == name for a in self.facts.subtree(node, (cst.Attribute, cst.Subscript)))
         return name in names_in(node)
 
-    def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
+    def optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = step_decisions.decision_kinds(self, group)
         if kinds.count("step") != 1 or kinds.count("update") > 1:
             raise multi_step.unsupported_group(self, group, kinds)
         if "update" in kinds and kinds.index("update") < kinds.index("step"):
             raise Blocked(group[0], "RPM134", "scaler.update() before scaler.step()")
-        step_call = only_expression(next(s for s, kind in self._with_kinds(group) if kind == "step"))
-        assert isinstance(step_call, cst.Call)  # what _classify calls a step
+        step_call = only_expression(next(s for s, kind in self.with_kinds(group) if kind == "step"))
+        assert isinstance(step_call, cst.Call)  # what classify calls a step
         optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
         if optimizer is None and len(step_call.args) > 1:
             raise Blocked(step_call, "RPM102", "scaler.step() with extra arguments (e.g. a closure) is not migrated")
@@ -243,11 +243,11 @@ class StepBuilder:
             )
         if "update" not in kinds:  # one of several steps sharing the scaler (a GAN)
             multi_step.require_update_later(self, group, optimizer)
-        for statement, kind in self._with_kinds(group):
+        for statement, kind in self.with_kinds(group):
             call = only_expression(statement)
             if (
                 kind == "unscale"
-                and isinstance(call, cst.Call)  # what _classify calls an unscale is
+                and isinstance(call, cst.Call)  # what classify calls an unscale is
                 and dotted(call.args[0].value if call.args else None) != optimizer
             ):
                 raise Blocked(call, "RPM107", "unscale_() of another optimizer")
@@ -267,12 +267,12 @@ class StepBuilder:
         grouped by a helper (:mod:`migrate.optimizer_helpers`)."""
         model_wrap.plan_model_wrap(self.rules, built, model, [])
 
-    def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+    def zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         call = only_expression(statement)
         return call is not None and (method_call(call, optimizer, "zero_grad") or method_call(call, model, "zero_grad"))
 
     @staticmethod
-    def _model_calls(statement: cst.CSTNode, model: str) -> List[cst.Call]:
+    def model_calls(statement: cst.CSTNode, model: str) -> List[cst.Call]:
         calls: List[cst.Call] = []
 
         class Find(cst.CSTVisitor):

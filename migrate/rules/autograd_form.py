@@ -229,7 +229,7 @@ def plan_autograd_form(step: "StepBuilder", found: StepGroup, optimizer: str, mo
     written (RoundPipe's forward is differentiable; the backward accumulates the
     gradients that ``model.step`` hands to the optimizer copies); only the optimizer
     work moves into the step function. ``unfused`` says why the fused form was refused."""
-    zero_grads = [p for p in range(step.index) if step._zero_grad_call(step.body[p], optimizer, model)]
+    zero_grads = [p for p in range(step.index) if step.zero_grad_call(step.body[p], optimizer, model)]
     if zero_grads:
         require_every_iteration(step, step.body[zero_grads[0]], found)
     plan_step_group(step, found, optimizer, model, zero_grads)

@@ -5,7 +5,7 @@ which of its statements the loss depends on and how the model is called
 (:func:`plan_forward`, a frozen :class:`ForwardPlan`), and emits the loss function and the
 ``forward_backward`` call (:func:`emit_forward`). It works for a
 :class:`~migrate.steps.StepBuilder` (``step``): the recognised step, its shape hooks
-(``_model_calls``, ``_zero_grad_call``) and the shared context ``step.rules`` (bindings,
+(``model_calls``, ``zero_grad_call``) and the shared context ``step.rules`` (bindings,
 the plan, options).
 """
 
@@ -138,7 +138,7 @@ def forward_region(step: "StepBuilder", model: str, optimizer: str) -> "ForwardR
     """Where the forward and the loss of ``step`` are (nothing planned yet); the
     ``zero_grad()`` calls between the loss and the backward are noted in it."""
     end = step.index
-    while end > 0 and step._zero_grad_call(step.body[end - 1], optimizer, model):
+    while end > 0 and step.zero_grad_call(step.body[end - 1], optimizer, model):
         end -= 1  # zero_grad() between loss and backward: moved into the step function
     if end == 0:
         raise Blocked(step.backward, "RPM131", "no forward pass before the backward")
@@ -165,7 +165,7 @@ def _split_region(step: "StepBuilder", model: str, end: int) -> Optional["Forwar
     """Forward inside ``with autocast(...)``, loss computed after the block (outside
     autocast): the outside statements run in the loss function with autocast disabled."""
     position = end - 1
-    while position >= 0 and is_plain_line(step.body[position]) and not step._model_calls(step.body[position], model):
+    while position >= 0 and is_plain_line(step.body[position]) and not step.model_calls(step.body[position], model):
         position -= 1
     if position < 0 or position == end - 1 or not isinstance(step.body[position], cst.With):
         return None
@@ -183,7 +183,7 @@ def _split_region(step: "StepBuilder", model: str, end: int) -> Optional["Forwar
 def _model_statement(step: "StepBuilder", statements: List[cst.BaseStatement], model: str, at: cst.CSTNode) -> int:
     position = len(statements) - 1
     while position >= 0 and is_plain_line(statements[position]):
-        if step._model_calls(statements[position], model):
+        if step.model_calls(statements[position], model):
             return position
         position -= 1
     raise Blocked(
@@ -198,7 +198,7 @@ def _model_statement(step: "StepBuilder", statements: List[cst.BaseStatement], m
 def plan_forward(step: "StepBuilder", region: "ForwardRegion", model: str) -> "ForwardPlan":
     """The forward + loss as the loss function will hold them (nothing emitted yet)."""
     statements = region.statements[region.start : region.end] + region.outside
-    model_calls = [c for s in statements for c in step._model_calls(s, model)]
+    model_calls = [c for s in statements for c in step.model_calls(s, model)]
     if len(model_calls) != 1:
         raise Blocked(
             statements[0], "RPM107", f"{model!r} is called {len(model_calls)} times in the forward; not migrated"
@@ -344,7 +344,7 @@ def _sum_reduced(step: "StepBuilder", statements: List[cst.BaseStatement]) -> bo
         for call in m.findall(statement, m.Call(func=m.Name())):
             assert isinstance(call, cst.Call) and isinstance(call.func, cst.Name)  # as matched
             try:
-                binding = step.rules._binding(call.func.value, statement)
+                binding = step.rules.binding(call.func.value, statement)
             except Blocked:
                 continue
             if binding.value is not None and says_sum(binding.value):

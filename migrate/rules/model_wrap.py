@@ -173,7 +173,7 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
 
 def _reject_parallel(step: "StepBuilder", model: str, built: Binding, guard: Optional[cst.CSTNode] = None) -> None:
     """RPM101 for a DDP/DataParallel binding of ``model``, except under ``guard``."""
-    for node in step.rules._assignments(model, built.scope):
+    for node in step.rules.assignments(model, built.scope):
         call = parallel_call(step.facts, step.facts.statement_of(node), skip=guard)
         if call is not None:
             raise Blocked(

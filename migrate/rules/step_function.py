@@ -5,7 +5,7 @@ The rule finds the step group after the backward (:func:`find_step_group`, a fro
 (:func:`zero_grads_to_move`) and emits ``_step_fn`` with ``model.step`` and the main-thread
 ``scaler.update()`` (:func:`plan_step_group`). It works for a
 :class:`~migrate.steps.StepBuilder` (``step``): the recognised step, its shape hooks
-(``_classify``, ``_step_body``, ``holds_model``, ``shape_edits``) and the shared context
+(``classify``, ``step_body``, ``holds_model``, ``shape_edits``) and the shared context
 ``step.rules`` (bindings, the plan, options).
 """
 
@@ -154,7 +154,7 @@ def step_group_after(
         found = _step_run(step, block, body, position, None)
         if found is not None:
             return found, True
-        if isinstance(statement, cst.If) and step._mentions(statement, step.anchor):
+        if isinstance(statement, cst.If) and step.mentions(statement, step.anchor):
             if statement.orelse is not None:
                 raise Blocked(statement, "RPM135", "conditional optimizer step with an else branch")
             inner: List[cst.BaseStatement] = list(statement.body.body)  # type: ignore[arg-type]
@@ -162,7 +162,7 @@ def step_group_after(
                 found = _step_run(step, statement.body, inner, inner_position, statement)
                 if found is not None:
                     return found, True
-        if step._mentions(statement, step.anchor):
+        if step.mentions(statement, step.anchor):
             return None, True
     return None, False
 
@@ -174,10 +174,10 @@ def _step_run(
     start: int,
     condition: Optional[cst.If],
 ) -> Optional[StepGroup]:
-    if step._classify(statements[start]) is None:
+    if step.classify(statements[start]) is None:
         return None
     end = start
-    while end < len(statements) and step._classify(statements[end]) is not None:
+    while end < len(statements) and step.classify(statements[end]) is not None:
         end += 1
     return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
@@ -187,7 +187,7 @@ def zero_grads_to_move(
 ) -> List[int]:
     """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
     top of the iteration, or between loss and backward): they move to the step's end."""
-    found_at = [p for p in range(region.outer_index) if step._zero_grad_call(step.body[p], optimizer, model)]
+    found_at = [p for p in range(region.outer_index) if step.zero_grad_call(step.body[p], optimizer, model)]
     found_at += region.zero_grads
     if found_at:
         require_every_iteration(step, step.body[found_at[0]], found)
@@ -212,21 +212,21 @@ def plan_step_group(step: "StepBuilder", found: StepGroup, optimizer: str, model
     plan = step.rules.plan
     group = list(found.statements)
     step_fn = step.rules.plan.fresh("_step_fn")
-    kinds = [step._classify(s) for s in group]
+    kinds = [step.classify(s) for s in group]
     group_edits(step, group, optimizer, model)
     moved_zero = None
     if zero_grads:
         zero_call = only_expression(step.body[zero_grads[0]])
-        assert isinstance(zero_call, cst.Call)  # a zero_grad() call (_zero_grad_call)
+        assert isinstance(zero_call, cst.Call)  # a zero_grad() call (zero_grad_call)
         arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
         moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
-    escaping = escaping_values(step, [s for s, _ in step._with_kinds(group)])
+    escaping = escaping_values(step, [s for s, _ in step.with_kinds(group)])
     in_order = step_decisions.main_thread_work(step, group)
     step_suffix = ", is_async=False" if step.rules.exact or escaping.names or in_order else ""
     branch_update = step_decisions.plan_branch_updates(step, group)
 
     def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-        inside, update = step._step_body(updated, kinds, optimizer)
+        inside, update = step.step_body(updated, kinds, optimizer)
         update = update or branch_update
         if moved_zero is not None:
             inside.append(moved_zero)
@@ -247,7 +247,7 @@ def plan_step_group(step: "StepBuilder", found: StepGroup, optimizer: str, model
     else:
         for index in zero_grads:
             plan.edits.replace_range(step.block, index, index + 1, drop_keeping_comments)
-    step.rules.plan.step_statements.update(statement for statement, _ in step._with_kinds(group))
+    step.rules.plan.step_statements.update(statement for statement, _ in step.with_kinds(group))
     plan.rewrites.append((group[0], step.step_rewrite))
     if escaping.names:
         plan.rewrites.append(
@@ -271,14 +271,14 @@ def group_edits(step: "StepBuilder", group: List[cst.BaseStatement], optimizer: 
     """Expression edits inside the step statements: clipping on the optimizer copies,
     ``model.zero_grad`` through the optimizer (whose parameters are the copies), and the
     edits of the step's own shape (:meth:`StepBuilder.shape_edits`)."""
-    for statement, kind in step._with_kinds(group):
+    for statement, kind in step.with_kinds(group):
         if kind == "clip":
             _clip_on_copies(step, statement, model)
         if kind == "measure":
             on_copies(step, statement, model)
         if kind == "zero_grad":
             call = only_expression(statement)
-            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # what _classify found
+            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # what classify found
             if step.rules.reference(call.func.value) == model or step.holds_model(call.func.value, model):
                 step.rules.plan.edits.replace_expression(call.func.value, lambda _: cst.parse_expression(optimizer))
         step.shape_edits(statement, kind, optimizer)
@@ -311,7 +311,7 @@ def split_update(updated: List[cst.BaseStatement], kinds: List[Optional[str]]) -
 def _clip_on_copies(step: "StepBuilder", statement: cst.BaseStatement, model: str) -> None:
     """``clip_grad_*_(model.parameters(), ...)`` clips ``model.optim_parameters()``."""
     call = only_expression(statement)
-    assert call is not None  # a clip call (_classify)
+    assert call is not None  # a clip call (classify)
     for parameters in m.findall(call, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
         assert isinstance(parameters, cst.Call) and isinstance(parameters.func, cst.Attribute)  # as matched
         owner = parameters.func.value
