@@ -272,7 +272,7 @@ class ApexRules(TorchAmpRules):
                 call.func,  # type: ignore[attr-defined]
                 lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
             )
-        self._drop_statement(setup.statement)
+        self.drop_statement(setup.statement)
         scope = self.facts.scope(setup.statement)
         self._models.add((id(scope), setup.model))
         self.plan.wrapped_models.append((setup.scope, setup.model, self.facts.order(setup.built)))
@@ -429,7 +429,7 @@ class ApexRules(TorchAmpRules):
         if len(optimizers) != 1:
             raise Blocked(statement, "RPM107", "the old amp handle scales losses of several optimizers")
         self._initialize_after_optimizer(optimizers.pop(), withs[0], arguments)
-        self._drop_statement(statement)
+        self.drop_statement(statement)
         self.plan.rewrites.append((statement, "amp.init() -> roundpipe.compat.initialize(opt_level='O1')"))
         self._old_scale_loss = withs
 
@@ -475,7 +475,7 @@ class ApexRules(TorchAmpRules):
         self._initialize_after_optimizer(
             wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}', model_suffix=".float()"
         )
-        self._drop_statement(statement)
+        self.drop_statement(statement)
         self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
         for backward in backwards:
             assert backward is not None  # the parent of a node of the tree
@@ -577,7 +577,7 @@ class ApexRules(TorchAmpRules):
                 raise Blocked(
                     statement, "RPM201", "apex imported together with other modules on one line; split the import first"
                 )
-            self._drop(statement)
+            self.drop_line(statement)
 
     @staticmethod
     def _imports_apex(small: cst.BaseSmallStatement) -> bool:

@@ -62,6 +62,7 @@ from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
 from .rules.model_wrap import plan_model_wrap
+from .rules.scaler_constructor import rewrite_constructor
 from .syntax import code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
@@ -366,7 +367,7 @@ class ScalerWrappers:
     def _plan_class(self, wrapper: WrapperClass) -> None:
         edits = self.plan.edits
         for constructor in wrapper.constructors:
-            self.rules.rewrite_constructor(constructor, self.facts.scaler_kind(constructor))
+            rewrite_constructor(self.rules, constructor, self.facts.scaler_kind(constructor))
         taken = {a.attr.value for a in m.findall(wrapper.node, m.Attribute(value=m.Name("self"), attr=m.Name()))}  # type: ignore[attr-defined]
         model = "_model" if "_model" not in taken else "_roundpipe_model"
         init_params = wrapper.init.params

@@ -38,7 +38,7 @@ from .names import SCALER_STATE_METHODS, ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
-from .scaler_device import upstream_arguments
+from .rules.scaler_constructor import drop_unused_scaler_imports, rewrite_constructor
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .state_objects import StateField, StateObjects
@@ -82,7 +82,7 @@ class TorchAmpRules:
         self._attribute_scalers: Set[Tuple[Optional[InstanceFamily], str]] = set()  # (family, attribute)
         self._step_method_uses: List[cst.BaseExpression] = []
         self.rewritten_constructors: Set[cst.Call] = set()
-        self._dropped_imports: Set[int] = set()
+        self.dropped_imports: Set[int] = set()  # ids of the import statements edited
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> Plan:
@@ -97,7 +97,7 @@ class TorchAmpRules:
         if self.plan.blocked:
             return self.plan
         self._collect(self._reject_unscale_elsewhere)
-        self._drop_unused_scaler_imports()
+        drop_unused_scaler_imports(self)
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.plan.step_statements:
                 self.plan.blocked.append(
@@ -325,7 +325,7 @@ class TorchAmpRules:
     def _plan_scaler(self, call: cst.Call, statement: cst.BaseStatement) -> None:
         given = self.state_objects.field_given(call)
         if given is not None:  # `{"scaler": GradScaler()}`, `TrainState(..., scaler=GradScaler())`
-            self.rewrite_constructor(call, self.facts.scaler_kind(call))
+            rewrite_constructor(self, call, self.facts.scaler_kind(call))
             self._follow_scaler(given[1], self.state_objects.field(*given), depth=0)
             return
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
@@ -338,7 +338,7 @@ class TorchAmpRules:
             and (isinstance(small.targets[0].target, cst.Name) or self._instance_attribute(small.targets[0].target))
         ):
             if isinstance(small, cst.Assign) and isinstance(small.value, (cst.IfExp, cst.BooleanOperation)):
-                self.rewrite_constructor(call, self.facts.scaler_kind(call))
+                rewrite_constructor(self, call, self.facts.scaler_kind(call))
                 self._follow_injected(small, call, 0)  # `self.scaler = scaler or GradScaler()`
                 return
             raise Blocked(
@@ -357,7 +357,7 @@ class TorchAmpRules:
             name, scope = family.follow(target.attr.value, SCALER_READS).reference, family
         else:
             name, scope = cst.ensure_type(target, cst.Name).value, self.facts.scope(small)
-        self.rewrite_constructor(call, kind)
+        rewrite_constructor(self, call, kind)
         self._follow_scaler(name, scope, depth=0)
 
     def _refuse_injected(self, assign: cst.Assign, at: cst.CSTNode) -> None:
@@ -436,25 +436,6 @@ class TorchAmpRules:
     def reference(self, node: Optional[cst.CSTNode]) -> Optional[str]:
         """The name the rules follow ``node`` as (see :meth:`InstanceAttributes.reference`)."""
         return self.attributes.reference(node) or self.state_objects.reference(node)
-
-    def rewrite_constructor(self, call: cst.Call, kind) -> None:
-        """Plan ``call`` (a GradScaler construction of ``kind``) as ``roundpipe.GradScaler(...)``."""
-        upstream = upstream_arguments(self.facts, call, kind)  # the device folded into enabled=
-
-        def build(updated: cst.Call) -> cst.Call:
-            args = list(updated.args)
-            if upstream is not None:
-                args = upstream(args)
-            elif kind.implied_device is not None:  # legacy wrappers: init_scale comes first
-                device = cst.Arg(cst.SimpleString(f'"{kind.implied_device}"'))
-                if args:
-                    device = device.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                args.insert(0, device)
-            return updated.with_changes(func=cst.parse_expression("roundpipe.GradScaler"), args=args)
-
-        self.plan.edits.replace_expression(call, build)
-        self.rewritten_constructors.add(call)
-        self.plan.rewrites.append((call, "GradScaler -> roundpipe.GradScaler"))
 
     def _follow_scaler(self, name: str, scope, depth: int) -> None:
         """Check every use of the scaler variable; plan each training step it drives."""
@@ -610,53 +591,8 @@ class TorchAmpRules:
             binding = self.caller_binding(binding, at)
         return binding
 
-    # ------------------------------------------------------------ imports
-    def _drop_unused_scaler_imports(self) -> None:
-        """Remove ``GradScaler`` from imports whose every use was a rewritten constructor
-        (so migrated scripts keep no dead torch import)."""
-        for call in self.rewritten_constructors:
-            # ``GradScaler(...)`` from ``from m import GradScaler``, or ``A.GradScaler(...)``
-            # from ``import m as A``
-            imported = call.func.value if isinstance(call.func, cst.Attribute) else call.func
-            if not isinstance(imported, cst.Name):
-                continue
-            name = imported.value
-            scope = self.facts.scope(call)
-            assignments = [a for a in scope[name] if isinstance(a, Assignment)] if scope is not None else []
-            module_alias = imported is not call.func
-            kind = cst.Import if module_alias else cst.ImportFrom
-            if not assignments or not all(isinstance(a.node, kind) for a in assignments):
-                continue
-            uses = [r.node for a in assignments for r in a.references]
-            if not all(self._is_rewritten_constructor(self._attribute_of(use, module_alias)) for use in uses):
-                continue
-            for assignment in assignments:
-                assert isinstance(assignment.node, (cst.Import, cst.ImportFrom))  # each is a `kind`, checked above
-                self._drop_import_name(assignment.node, name)
-
-    def _attribute_of(self, use: cst.CSTNode, module_alias: bool) -> cst.CSTNode:
-        """``A.GradScaler`` for a use of the module alias ``A`` (``use`` itself otherwise)."""
-        parent = self.facts.parent(use) if module_alias else None
-        return parent if parent is not None else use
-
-    def _is_rewritten_constructor(self, node: cst.CSTNode) -> bool:
-        parent = self.facts.parent(node)
-        return isinstance(parent, cst.Call) and parent.func is node and parent in self.rewritten_constructors
-
-    def _drop_import_name(self, statement: Union[cst.Import, cst.ImportFrom], name: str) -> None:
-        if id(statement) in self._dropped_imports:
-            return
-        self._dropped_imports.add(id(statement))
-        names = statement.names if isinstance(statement.names, (list, tuple)) else []
-        kept = [a for a in names if (a.evaluated_alias or a.evaluated_name) != name]
-        line = self.facts.parent(statement)
-        if kept and isinstance(line, cst.SimpleStatementLine):
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            self.plan.edits.replace_expression(statement, lambda updated: updated.with_changes(names=kept))
-        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            self._drop(line)
-
-    def _drop(self, statement: cst.SimpleStatementLine) -> None:
+    # ------------------------------------------------------------ removing statements
+    def drop_line(self, statement: cst.SimpleStatementLine) -> None:
         """Remove an import line; an import guard left empty goes too, another block gets
         ``pass``."""
         block = self.facts.parent(statement)
@@ -664,7 +600,7 @@ class TorchAmpRules:
         body = list(block.body)
         guard = self.facts.parent(block)
         if len(body) == 1 and self._import_guard(guard):
-            self._drop_statement(cst.ensure_type(guard, cst.Try))
+            self.drop_statement(cst.ensure_type(guard, cst.Try))
             return
         if isinstance(block, cst.IndentedBlock) and len(body) == 1:
             keep = cst.ensure_type(cst.parse_statement("pass\n"), cst.SimpleStatementLine)
@@ -680,9 +616,10 @@ class TorchAmpRules:
                 ],
             )
         else:
-            self._drop_statement(statement)
+            self.drop_statement(statement)
 
-    def _drop_statement(self, statement: cst.BaseStatement) -> None:
+    def drop_statement(self, statement: cst.BaseStatement) -> None:
+        """Remove ``statement`` from its block, keeping its comments."""
         block = self.facts.parent(statement)
         assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(statement)
