@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from . import joint_steps, multi_step, split_functions, split_step, step_decisions
+from . import joint_steps, multi_step, split_functions, split_step
 from .aliases import spellings
 from .edits import drop_keeping_comments
-from .names import CLIP_FUNCTIONS
 from .optimizer_writes import is_scheduler
 from .plan import Binding, Blocked
 from .rules import loss_function, model_wrap, step_function
@@ -24,13 +23,10 @@ from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.optimizer_writes import order_optimizer_writes
 from .rules.step_function import StepBody, StepGroup
 from .step_values import (
-    GUARDABLE,
     branches,
-    classify_value_statement,
     refuse_step_chosen_by_a_measure,
 )
 from .syntax import (
-    calls_method,
     dotted,
     method_call,
     names_in,
@@ -49,7 +45,6 @@ __all__ = ["StepBuilder", "StepGroup", "UNFUSABLE"]
 #: shares their values). A step refused for one of these takes the autograd form instead,
 #: which keeps them as written.
 UNFUSABLE = frozenset({"RPM107", "RPM113", "RPM131", "RPM132", "RPM133"})
-_GUARDABLE: Set[Optional[str]] = set(GUARDABLE)  # step statements an `if` may hold alone
 
 
 class StepBuilder:
@@ -162,37 +157,9 @@ class StepBuilder:
 
     # ------------------------------------------------------------ the step group
     def classify(self, statement: cst.BaseStatement) -> Optional[str]:
-        value_kind = classify_value_statement(self, statement)  # grad norms, `if clip: ... else: ...`
-        if value_kind is not None:
-            return value_kind
-        if (
-            isinstance(statement, cst.If)
-            and statement.orelse is None
-            and isinstance(statement.body, cst.IndentedBlock)
-            and all(self.classify(inner) in _GUARDABLE for inner in statement.body.body)
-        ):
-            return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
-        if step_decisions.is_decided(self, statement):
-            return "decided"  # `if not torch.isfinite(grad_norm): ...` around or before the step
-        value = only_expression(statement)
-        if not isinstance(value, cst.Call):
-            return None
-        for s in self.scaler_spellings:
-            if method_call(value, s, "unscale_"):
-                return "unscale"
-            if method_call(value, s, "step"):
-                return "step"
-            if method_call(value, s, "update"):
-                return "update"
-        if self.facts.calls_any(value, CLIP_FUNCTIONS):
-            return "clip"
-        owner = self.rules.reference(value.func.value) if isinstance(value.func, cst.Attribute) else None
-        if owner is not None and calls_method(value, "zero_grad"):
-            return "zero_grad"
-        if owner is not None and calls_method(value, "step"):
-            if self.is_scheduler(owner, statement):
-                return "scheduler"
-        return None
+        """The kind of step statement ``statement`` is in this shape, or None
+        (:func:`migrate.rules.step_function.classify_statement` for torch.amp)."""
+        return step_function.classify_statement(self, statement)
 
     def with_kinds(self, group: List[cst.BaseStatement]) -> List[Tuple[cst.BaseStatement, Optional[str]]]:
         """The step group's statements with their kinds, a guarded ``if`` followed by the
@@ -227,31 +194,9 @@ class StepBuilder:
         return name in names_in(node)
 
     def optimizer_of(self, group: List[cst.BaseStatement]) -> str:
-        kinds = step_decisions.decision_kinds(self, group)
-        if kinds.count("step") != 1 or kinds.count("update") > 1:
-            raise multi_step.unsupported_group(self, group, kinds)
-        if "update" in kinds and kinds.index("update") < kinds.index("step"):
-            raise Blocked(group[0], "RPM134", "scaler.update() before scaler.step()")
-        step_call = only_expression(next(s for s, kind in self.with_kinds(group) if kind == "step"))
-        assert isinstance(step_call, cst.Call)  # what classify calls a step
-        optimizer = self.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
-        if optimizer is None and len(step_call.args) > 1:
-            raise Blocked(step_call, "RPM102", "scaler.step() with extra arguments (e.g. a closure) is not migrated")
-        if optimizer is None:
-            raise Blocked(
-                step_call, "RPM106", "scaler.step() is not given one optimizer by name or attribute; not migrated"
-            )
-        if "update" not in kinds:  # one of several steps sharing the scaler (a GAN)
-            multi_step.require_update_later(self, group, optimizer)
-        for statement, kind in self.with_kinds(group):
-            call = only_expression(statement)
-            if (
-                kind == "unscale"
-                and isinstance(call, cst.Call)  # what classify calls an unscale is
-                and dotted(call.args[0].value if call.args else None) != optimizer
-            ):
-                raise Blocked(call, "RPM107", "unscale_() of another optimizer")
-        return optimizer
+        """The optimizer the step ``group`` steps
+        (:func:`migrate.rules.step_function.optimizer_of` for torch.amp)."""
+        return step_function.optimizer_of(self, group)
 
     def model_for(self, optimizer: str) -> str:
         """The model the step trains with ``optimizer``, its wrap planned

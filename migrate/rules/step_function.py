@@ -20,9 +20,10 @@ import libcst.matchers as m
 from .. import multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
 from ..ddp_guard import is_sync_context
 from ..edits import drop_keeping_comments
+from ..names import CLIP_FUNCTIONS
 from ..plan import Blocked
-from ..step_values import escaping_values, on_copies
-from ..syntax import code, dotted, only_expression
+from ..step_values import GUARDABLE, classify_value_statement, escaping_values, on_copies
+from ..syntax import calls_method, code, dotted, method_call, only_expression
 from . import Example, Pattern, Rule
 from .loss_function import ForwardRegion
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = [
     "RULE",
     "StepBody",
+    "classify_statement",
+    "optimizer_of",
     "StepGroup",
     "find_step_group",
     "group_edits",
@@ -93,6 +96,74 @@ RULE = Rule(
         ),
     ),
 )
+
+
+def classify_statement(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[str]:
+    """The kind of a torch.amp step statement: ``unscale``, ``clip``, ``step``, ``update``,
+    ``zero_grad``, ``scheduler``, an ``if`` holding only such statements (``guarded``), an
+    ``if`` deciding on a measured norm (``decided``), a measured value
+    (:func:`migrate.step_values.classify_value_statement`); None for any other statement."""
+    value_kind = classify_value_statement(step, statement)  # grad norms, `if clip: ... else: ...`
+    if value_kind is not None:
+        return value_kind
+    if (
+        isinstance(statement, cst.If)
+        and statement.orelse is None
+        and isinstance(statement.body, cst.IndentedBlock)
+        and all(step.classify(inner) in GUARDABLE for inner in statement.body.body)
+    ):
+        return "guarded"  # `if grad_clip: scaler.unscale_(opt); clip...(...)`
+    if step_decisions.is_decided(step, statement):
+        return "decided"  # `if not torch.isfinite(grad_norm): ...` around or before the step
+    value = only_expression(statement)
+    if not isinstance(value, cst.Call):
+        return None
+    for s in step.scaler_spellings:
+        if method_call(value, s, "unscale_"):
+            return "unscale"
+        if method_call(value, s, "step"):
+            return "step"
+        if method_call(value, s, "update"):
+            return "update"
+    if step.facts.calls_any(value, CLIP_FUNCTIONS):
+        return "clip"
+    owner = step.rules.reference(value.func.value) if isinstance(value.func, cst.Attribute) else None
+    if owner is not None and calls_method(value, "zero_grad"):
+        return "zero_grad"
+    if owner is not None and calls_method(value, "step"):
+        if step.is_scheduler(owner, statement):
+            return "scheduler"
+    return None
+
+
+def optimizer_of(step: "StepBuilder", group: List[cst.BaseStatement]) -> str:
+    """The one optimizer the torch.amp step ``group`` steps (``scaler.step(optimizer)``);
+    raises :class:`Blocked` for a group that steps none, several, or with extra arguments."""
+    kinds = step_decisions.decision_kinds(step, group)
+    if kinds.count("step") != 1 or kinds.count("update") > 1:
+        raise multi_step.unsupported_group(step, group, kinds)
+    if "update" in kinds and kinds.index("update") < kinds.index("step"):
+        raise Blocked(group[0], "RPM134", "scaler.update() before scaler.step()")
+    step_call = only_expression(next(s for s, kind in step.with_kinds(group) if kind == "step"))
+    assert isinstance(step_call, cst.Call)  # what classify calls a step
+    optimizer = step.rules.reference(step_call.args[0].value) if len(step_call.args) == 1 else None
+    if optimizer is None and len(step_call.args) > 1:
+        raise Blocked(step_call, "RPM102", "scaler.step() with extra arguments (e.g. a closure) is not migrated")
+    if optimizer is None:
+        raise Blocked(
+            step_call, "RPM106", "scaler.step() is not given one optimizer by name or attribute; not migrated"
+        )
+    if "update" not in kinds:  # one of several steps sharing the scaler (a GAN)
+        multi_step.require_update_later(step, group, optimizer)
+    for statement, kind in step.with_kinds(group):
+        call = only_expression(statement)
+        if (
+            kind == "unscale"
+            and isinstance(call, cst.Call)  # what classify calls an unscale is
+            and dotted(call.args[0].value if call.args else None) != optimizer
+        ):
+            raise Blocked(call, "RPM107", "unscale_() of another optimizer")
+    return optimizer
 
 
 def find_step_group(step: "StepBuilder") -> StepGroup:
