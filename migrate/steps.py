@@ -1,9 +1,14 @@
-"""One training step, recognised and rewritten: the forward region becomes a loss function
-for ``forward_backward``, the optimizer statements a step function for ``model.step``.
+"""One training step, recognised and rewritten: the orchestration of the step rules.
 
-:class:`StepBuilder` holds the torch.amp shape (``scaler.scale(loss).backward()`` then
-``scaler.step``/``update``); the apex rules subclass it. It works for a
-:class:`~migrate.torch_amp.TorchAmpRules` instance (``rules``): bindings, the plan, helpers.
+:class:`StepBuilder` is the context of one step around ``scaler.scale(loss).backward()``
+(the apex and plain-path steps subclass it, overriding its shape hooks) and runs the rules
+of :mod:`migrate.rules` on it in order: the step group and ``_step_fn``
+(:mod:`~migrate.rules.step_function`), the model wrap (:mod:`~migrate.rules.model_wrap`),
+the fused form with ``_loss_fn`` (:mod:`~migrate.rules.loss_function`) or else the
+autograd form (:mod:`~migrate.rules.autograd_form`), and the ordering of main-thread
+optimizer writes (:mod:`~migrate.rules.optimizer_writes`). Every rule records its edits in
+the shared plan of ``rules`` (:class:`~migrate.torch_amp.TorchAmpRules`: bindings, the
+plan, options); a :class:`~migrate.plan.Blocked` anywhere leaves the step untouched.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class StepBuilder:
 
     # ---------------------------------------------------------------------- plan
     def plan(self) -> None:
+        """Plan the step's rewrite into ``rules.plan`` (raises :class:`Blocked` instead)."""
         if multi_step.feeds_later_backward(self):
             return
         found = step_function.find_step_group(self)
