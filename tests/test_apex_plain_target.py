@@ -2,8 +2,9 @@
 
 A small apex program (a BatchNorm regressor, clipping on ``amp.master_params``, an eval
 forward, one batch whose float16 gradients overflow at the dynamic scale) runs as written on
-tests/fake_apex, as the compat migration and as the plain migration; with ``--exact`` all
-three print the same numbers (the fake apex lacks apex's O2 state dict hook, which both
+tests/fake_apex (whose O1 is CPU autocast in bfloat16, as compat's on the CPU), as the compat
+migration and as the plain migration, for O0 to O3 and their literal overrides; with
+``--exact`` all three print the same numbers (the fake apex lacks apex's O2 state dict hook, which both
 migrations have: their state dicts agree with each other), in the default form the two migrations print the same (each
 forward one step stale). The plain output needs nothing upstream lacks. Settings the plain
 target cannot follow keep the compat form, byte for byte, with RPM303 naming the cause.
