@@ -20,6 +20,7 @@ import sys
 from typing import List
 
 import pytest
+import torch
 
 from migrate.engine import migrate_source
 from migrate_cli_support import run
@@ -124,9 +125,16 @@ def _migrated(source: str, exact: bool, target: str) -> str:
     return result.migrated
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(case, marks=[] if case in ("O0", "O1", "O2") else [pytest.mark.slow]) for case in PLAIN]
-)
+# The script's model stays on the CPU. With CUDA present the plain O1 form autocasts for
+# CUDA, compat and the fake apex for the CPU (docs/apex.md, "O1's casts"): run O1 on CPU hosts.
+CPU_O1 = pytest.mark.skipif(torch.cuda.is_available(), reason="O1's plain autocast is CUDA's where CUDA is present")
+
+
+def _marks(case: str) -> List[pytest.MarkDecorator]:
+    return ([] if case in ("O0", "O1", "O2") else [pytest.mark.slow]) + ([CPU_O1] if case.startswith("O1") else [])
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=_marks(case)) for case in PLAIN])
 def test_exact_plain_migration_prints_apexs_numbers(case: str, fake_apex, tmp_path) -> None:
     source = _script(*PLAIN[case])
     plain = _migrated(source, exact=True, target="plain")
@@ -139,7 +147,9 @@ def test_exact_plain_migration_prints_apexs_numbers(case: str, fake_apex, tmp_pa
     assert len({line.split()[-1] for line in original if line.startswith("step")}) > 1
 
 
-@pytest.mark.parametrize("case", ["O1", "O2", pytest.param("O2-static", marks=pytest.mark.slow), "O3"])
+@pytest.mark.parametrize(
+    "case", [pytest.param("O1", marks=CPU_O1), "O2", pytest.param("O2-static", marks=pytest.mark.slow), "O3"]
+)
 def test_default_plain_migration_prints_the_compat_migrations_numbers(case: str, tmp_path) -> None:
     source = _script(*PLAIN[case])
     plain = _printed(_migrated(source, exact=False, target="plain"), tmp_path / "plain.py")
@@ -240,6 +250,17 @@ def test_loss_scaler_state_keeps_the_compat_form() -> None:
     kept = migrate_source(source, "script.py", apex_target="plain")
     assert "roundpipe.compat.state_dict()" in kept.migrated
     assert [d.code for d in kept.diagnostics] == ["RPM303"] and "amp.state_dict" in kept.diagnostics[0].message
+
+
+def test_o1_function_casting_keeps_the_compat_form() -> None:
+    source = _script(*PLAIN["O1"]).replace(
+        "    optimizer = torch.optim", '    amp.register_float_function(torch, "sigmoid")\n    optimizer = torch.optim'
+    )
+    kept = migrate_source(source, "script.py", apex_target="plain")
+    assert "roundpipe.compat.register_float_function(torch" in kept.migrated
+    assert "roundpipe.compat.initialize(" in kept.migrated and "_ApexAutocastRoundPipe" not in kept.migrated
+    notes = [d for d in kept.diagnostics if d.code == "RPM303"]
+    assert len(notes) == 1 and "amp.register_float_function" in notes[0].message, kept.diagnostics
 
 
 def test_generated_helpers_capture_no_user_name() -> None:
