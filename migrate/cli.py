@@ -600,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="compat",
         help="apex scripts: call roundpipe.compat (default; any setting, apex's numbers), or write "
         "plain code upstream RoundPipe can run where the settings are literals it can follow "
-        "(O0/O2/O3; other files stay on compat with RPM303; see docs/apex.md)",
+        "(O0-O3; other files stay on compat with RPM303; see docs/apex.md)",
     )
     parser.add_argument(
         "--report",
