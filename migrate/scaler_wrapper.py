@@ -62,7 +62,7 @@ from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
 from .steps import plan_model_wrap
-from .syntax import code, leading_lines, only_assignment, only_expression
+from .syntax import PARAMETERS_CALL, bare_method_call, code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -573,9 +573,9 @@ class ScalerWrappers:
         value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "parameters"), None)
         if value is None:
             return None
-        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("optim_parameters")), args=[])):
+        if m.matches(value, bare_method_call("optim_parameters")):
             return value.func.value.value  # type: ignore[attr-defined]
-        if not m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])):
+        if not m.matches(value, PARAMETERS_CALL):
             raise Blocked(
                 value,
                 "RPM111",
@@ -708,7 +708,7 @@ def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
 
 
 def _parameter_calls(call: cst.Call) -> List[cst.Call]:
-    return list(m.findall(call, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])))  # type: ignore[arg-type]
+    return list(m.findall(call, PARAMETERS_CALL))  # type: ignore[arg-type]
 
 
 def _with_keywords(call: cst.Call, keywords: List[Tuple[str, str]]) -> cst.Call:
