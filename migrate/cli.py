@@ -127,6 +127,7 @@ class Outcome:
     rewrites: List[Rewrite]
     diagnostics: List[Diagnostic]
     wrapped_models: List[str] = dataclasses.field(default_factory=list)
+    handed_classes: List[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -333,7 +334,7 @@ def process(task: Task, engine: Engine, exact: bool, apex_target: str = "compat"
     """Run :func:`migrate_text` on ``task`` and keep what the parent does not have."""
     result = migrate_text(task.text, task.path, engine, exact, task.look, apex_target)
     migrated = result.migrated if result.changed else None
-    return Outcome(migrated, result.rewrites, result.diagnostics, result.wrapped_models)
+    return Outcome(migrated, result.rewrites, result.diagnostics, result.wrapped_models, result.handed_classes)
 
 
 def migrate_all(
@@ -366,7 +367,13 @@ def migrate_all(
     for task, outcome in zip(tasks, outcomes):
         migrated = task.text if outcome.migrated is None else outcome.migrated
         results[task.path] = FileResult(
-            task.path, task.text, migrated, outcome.rewrites, outcome.diagnostics, outcome.wrapped_models
+            task.path,
+            task.text,
+            migrated,
+            outcome.rewrites,
+            outcome.diagnostics,
+            outcome.wrapped_models,
+            outcome.handed_classes,
         )
     _reconcile([task for task in tasks if task.look], results, exact, apex_target)
     for job, item in zip(jobs, loaded):

@@ -429,6 +429,11 @@ def test_a_model_and_optimizer_handed_to_the_constructor_are_wrapped_where_the_c
     assert len(STEP.findall(_run(_migrated(HANDED, exact=False), tmp_path, "default.py"))) == 8
 
 
+def test_the_result_names_the_classes_followed_through_their_constructions():
+    assert migrate_source(HANDED, "trainer.py", exact=True).handed_classes == ["Trainer"]
+    assert migrate_source(FUSED, "trainer.py", exact=True).handed_classes == []
+
+
 @pytest.mark.parametrize(
     "old, new, blocker",
     [
