@@ -482,6 +482,19 @@ def test_a_split_step_the_rules_cannot_account_for_is_refused_at_the_backward_or
     ]
 
 
+def test_a_zero_grad_outside_the_optimizer_method_is_refused_at_the_call():
+    source = SPLIT.replace(
+        "        self.backward(loss)\n", "        self.optimizer.zero_grad()\n        self.backward(loss)\n", 1
+    )
+    line = source.splitlines().index("        self.backward(loss)")  # the line before it, 1-based
+    result = migrate_source(source, "trainer.py")
+    assert (
+        f"trainer.py:{line}:9: RPM106 `self.optimizer.zero_grad()` empties gradients outside the optimizer "
+        "method of a step split over methods of Trainer; the step function cannot keep it in its place; left "
+        "untouched" in [d.format() for d in result.diagnostics]
+    )
+
+
 def _project(main: str):
     from migrate.project import migrate_project
 
