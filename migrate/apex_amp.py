@@ -40,15 +40,15 @@ from .apex_plain import (
     master_params_text,
     plain_setup,
     steps_follow,
-    top_block_end,
 )
+from .header import top_block
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .rules import step_function
 from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.step_function import StepBody
 from .steps import StepBuilder
-from .syntax import calls_method, code, only_expression
+from .syntax import code, dotted, method_call, only_expression
 from .torch_amp import TorchAmpRules
 
 __all__ = ["plan_apex"]
@@ -91,9 +91,9 @@ class ApexStepBuilder(StepBuilder):
 
     def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
-        if _called_on(value, self.optimizer, "step") and not value.args:  # type: ignore[union-attr]
+        if isinstance(value, cst.Call) and method_call(value, self.optimizer, "step") and not value.args:
             return "step"
-        if _called_on(value, self.optimizer, "zero_grad"):
+        if isinstance(value, cst.Call) and method_call(value, self.optimizer, "zero_grad"):
             return "zero_grad"
         kind = super().classify(statement)
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
@@ -107,7 +107,9 @@ class ApexStepBuilder(StepBuilder):
 
     def zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         value = only_expression(statement)
-        return _called_on(value, optimizer, "zero_grad") or _called_on(value, model, "zero_grad")
+        return isinstance(value, cst.Call) and (
+            method_call(value, optimizer, "zero_grad") or method_call(value, model, "zero_grad")
+        )
 
     def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
         self.first = self.body[min([region.outer_index, *zero_grads])]  # where the step's code starts
@@ -134,7 +136,7 @@ class ApexStepBuilder(StepBuilder):
         return called.pop()
 
     def holds_model(self, node: cst.BaseExpression, model: str) -> bool:
-        return "." in model and code(node) == model
+        return "." in model and (dotted(node) == model or code(node) == model)
 
     def shape_edits(self, statement: cst.BaseStatement, kind: Optional[str], optimizer: str) -> None:
         if kind == "step":  # `optimizer.step()` steps through the loss's scaler
@@ -249,21 +251,26 @@ class ApexRules(TorchAmpRules):
 
     def _plan_plain_initialize(self, setup: PlainSetup) -> None:
         """Drop the initialize line; where the optimizer is built, cast the model as apex
-        did and wrap it; build the optimizer on the copies; define the cast helpers."""
-        cast_model, helpers = helper_statements(self.plan)
+        did and wrap it (O1: wrap it in the autocasting RoundPipe); build the optimizer on
+        the copies; define the helpers."""
+        autocast = setup.dtype is None
+        wrapper, helpers = helper_statements(self.plan, autocast)
         module = self.facts.module
         spaced = [cst.EmptyLine(), cst.EmptyLine()]
         helpers[0] = helpers[0].with_changes(leading_lines=spaced)
-        self.plan.edits.insert_before(module, top_block_end(self.facts), helpers)
+        self.plan.edits.insert_before(module, top_block(module.body)[1], helpers)
         block = self.facts.parent(setup.built)
         assert block is not None  # a statement line lies in a block
         index = list(getattr(block, "body", ())).index(setup.built)
         optim_dtype = "optim_dtype=torch.float32, " if setup.master_weights else ""
         config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={self.plan.microbatch})"
-        lines = [
-            f"{cast_model}({setup.model}, {setup.dtype}, keep_batchnorm_fp32={setup.keep_batchnorm_fp32})\n",
-            f"{setup.model} = roundpipe.RoundPipe({setup.model}, {optim_dtype}{config})\n",
-        ]
+        if autocast:
+            lines = [f"{setup.model} = {wrapper}({setup.model}, {optim_dtype}{config})\n"]
+        else:
+            lines = [
+                f"{wrapper}({setup.model}, {setup.dtype}, keep_batchnorm_fp32={setup.keep_batchnorm_fp32})\n",
+                f"{setup.model} = roundpipe.RoundPipe({setup.model}, {optim_dtype}{config})\n",
+            ]
         self.plan.edits.insert_before(block, index, [cst.parse_statement(line) for line in lines])
         for call in m.findall(
             setup.built_value, m.Call(func=m.Attribute(value=m.Name(setup.model), attr=m.Name("parameters")))
@@ -278,7 +285,12 @@ class ApexRules(TorchAmpRules):
         self.plan.wrapped_models.append((setup.scope, setup.model, self.facts.order(setup.built)))
         self._models_into_functions(scope, setup.model)
         self.plan.rewrites.append(
-            (setup.statement, "amp.initialize -> the model cast as apex did + roundpipe.RoundPipe (plain target)")
+            (
+                setup.statement,
+                "amp.initialize -> an autocasting roundpipe.RoundPipe (O1, plain target)"
+                if autocast
+                else "amp.initialize -> the model cast as apex did + roundpipe.RoundPipe (plain target)",
+            )
         )
 
     def _plain_master_params(self, node: cst.CSTNode) -> None:
@@ -587,11 +599,6 @@ class ApexRules(TorchAmpRules):
         if isinstance(small, cst.Import):
             return all(code(alias.name).split(".")[0] == _APEX for alias in small.names)
         return False
-
-
-def _called_on(value: Optional[cst.BaseExpression], owner: str, method: str) -> bool:
-    """``<owner>.method(...)``, ``owner`` given as source text (``optimizer``, ``self.opt``)."""
-    return calls_method(value, method) and code(value.func.value) == owner  # type: ignore[arg-type,union-attr]
 
 
 def _names(node: cst.BaseExpression) -> List[str]:

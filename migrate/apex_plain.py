@@ -2,26 +2,35 @@
 
 A migrated apex script normally calls :mod:`roundpipe.compat`, which upstream RoundPipe does
 not have. Where ``amp.initialize``'s settings are literals that a plain program can follow
-exactly, :func:`plain_setup` resolves them (apex's property table for O0, O2 and O3 with the
-literal overrides ``keep_batchnorm_fp32``, ``master_weights``, ``loss_scale``) into a
-:class:`PlainSetup`, and the apex rules emit, instead of the compat calls:
+exactly, :func:`plain_setup` resolves them (apex's property table for O0, O1, O2 and O3 with
+the literal overrides ``keep_batchnorm_fp32``, ``master_weights``, ``loss_scale``,
+``patch_torch_functions``) into a :class:`PlainSetup`, and the apex rules emit, instead of
+the compat calls:
 
-* the model cast where the optimizer is built: a generated ``_apex_cast_model(model, dtype,
+* O0, O2, O3: the model cast where the optimizer is built: a generated ``_apex_cast_model(model, dtype,
   keep_batchnorm_fp32)`` (defined once after the imports) that does what compat's
   ``initialize`` does to the module: weights to ``dtype`` (affine batchnorm kept), floating
   inputs cast to ``dtype`` and outputs to float32 at every call (forward hooks on the first
   and last pipeline layer), float16 entries of its state dict saved as float32; then
   ``roundpipe.RoundPipe(model, optim_dtype=torch.float32 | None, ...)`` and the optimizer on
   ``model.optim_parameters()``;
+* O1: the model stays float32 and is wrapped in a generated subclass of
+  ``roundpipe.RoundPipe`` whose ``forward`` and ``forward_backward`` run under the generated
+  ``_apex_autocast()``: ``torch.autocast("cuda", dtype=torch.float16)`` when CUDA is
+  available (where upstream runs the model), else ``torch.autocast("cpu",
+  dtype=torch.bfloat16)``, the type compat's O1 picks on each of these devices; the
+  backward stays outside autocast (RoundPipe's ``forward_backward`` switches it off), as in
+  compat;
 * ``roundpipe.GradScaler`` with apex's first scale and growth interval (dynamic), a never
   growing one (a static power of two), or a disabled one (apex's static 1.0 short cut);
 * ``amp.master_params(opt)`` as the parameters of ``opt``'s groups.
 
 Everything a plain program cannot do as compat does is a :class:`Unplain` (node, reason):
-the caller then keeps the compat form and says why (RPM303). That covers O1 (compat's
-autocast replaces apex's function patches; a plain autocast around the call is not the
-same), settings known only at run time, ``min_loss_scale``/``max_loss_scale``,
-``cast_model_type``, ``cast_model_outputs``, ``num_losses``, the loss scaler's state dict,
+the caller then keeps the compat form and says why (RPM303). That covers settings known
+only at run time, ``min_loss_scale``/``max_loss_scale``,
+``cast_model_type``, ``cast_model_outputs``, ``num_losses``, the overrides apex and compat
+reject under O1 (``keep_batchnorm_fp32``, ``master_weights`` other than None: they raise),
+``patch_torch_functions`` other than O1's own ``True``, the loss scaler's state dict,
 the function-casting API, a loss scale over float16 optimizer copies (O2 without master
 weights, O3 with a scale: torch's ``GradScaler`` refuses to unscale float16 gradients), a
 step that does not follow its ``scale_loss`` block (gradient
@@ -39,7 +48,7 @@ import libcst.matchers as m
 
 from .names import ModuleFacts
 from .plan import Binding, Blocked, Plan
-from .syntax import code, is_import_line
+from .syntax import code
 
 #: ``(name, at) -> Binding``: where a name is bound as seen from ``at`` (the torch rules').
 Constructed = Callable[[str, cst.CSTNode], Binding]
@@ -51,22 +60,20 @@ __all__ = [
     "master_params_text",
     "plain_setup",
     "steps_follow",
-    "top_block_end",
 ]
 
 #: apex's property table, the part the plain target reads: (model dtype, keep_batchnorm_fp32,
-#: master_weights, loss_scale) per opt level it can write plainly.
-_LEVELS: Dict[str, Tuple[str, bool, bool, Union[str, float]]] = {
+#: master_weights, loss_scale) per opt level; O1's dtype None: the model stays float32 and
+#: runs under autocast (master_weights None counts as False, as in apex's scale_loss).
+_LEVELS: Dict[str, Tuple[Optional[str], bool, bool, Union[str, float]]] = {
     "O0": ("torch.float32", False, False, 1.0),
+    "O1": (None, False, False, "dynamic"),
     "O2": ("torch.float16", True, True, "dynamic"),
     "O3": ("torch.float16", False, False, 1.0),
 }
 _DYNAMIC = "roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)"
 _IGNORED = ("enabled", "verbosity")  # literal True / any literal: nothing to compute
-_WHY_O1 = (
-    "O1 patches torch functions; compat runs the module and the loss under torch.autocast as it "
-    "decides (float16 on CUDA, bfloat16 on CPU), which a plain autocast around the call does not match"
-)
+_O1_ONLY_NONE = ("keep_batchnorm_fp32", "master_weights")  # under O1 apex and compat raise for any other value
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,8 @@ class PlainSetup:
         model, optimizer: the variable names, bound by that line as they were passed.
         built: the line that builds the optimizer on ``model.parameters()`` (the cast and
             wrap go right before it); ``built_value`` its value, ``scope`` its scope.
-        dtype: the model's dtype (``torch.float32`` or ``torch.float16``).
+        dtype: the model's dtype (``torch.float32`` or ``torch.float16``); None for O1: the
+            model is not cast and runs under autocast.
         keep_batchnorm_fp32: affine batchnorm keeps its dtype.
         master_weights: the optimizer copies are float32.
         scaler: the ``roundpipe.GradScaler(...)`` expression for apex's loss scale.
@@ -98,7 +106,7 @@ class PlainSetup:
     built: cst.BaseStatement
     built_value: cst.BaseExpression
     scope: object
-    dtype: str
+    dtype: Optional[str]
     keep_batchnorm_fp32: bool
     master_weights: bool
     scaler: str
@@ -158,16 +166,21 @@ def _resolve(facts: ModuleFacts, node: cst.CSTNode, constructed: Constructed) ->
     keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
     level_arg = keywords.pop("opt_level", None)
     level = _string(level_arg.value) if level_arg is not None else "O1"
-    if level == "O1":
-        return Unplain(level_arg or call, _WHY_O1)
     if level not in _LEVELS:
-        return Unplain(level_arg or call, "opt_level is not a literal 'O0', 'O2' or 'O3' (known only at run time)")
+        return Unplain(
+            level_arg or call, "opt_level is not a literal 'O0', 'O1', 'O2' or 'O3' (known only at run time)"
+        )
     dtype, keep, master, loss_scale = _LEVELS[level]
     for name, arg in keywords.items():
         value = arg.value
         if name in _IGNORED and _literal(value) is not None and (name != "enabled" or code(value) == "True"):
             continue
-        if name == "keep_batchnorm_fp32" and code(value) in ("True", "False", "None", '"True"', '"False"'):
+        if dtype is None and name in _O1_ONLY_NONE:
+            if code(value) != "None":
+                return Unplain(arg, f"amp.initialize({name}={code(value)}) under O1 raises in apex and compat")
+        elif name == "patch_torch_functions" and dtype is None and code(value) == "True":
+            continue  # O1's own value
+        elif name == "keep_batchnorm_fp32" and code(value) in ("True", "False", "None", '"True"', '"False"'):
             keep = keep if code(value) == "None" else code(value).strip('"') == "True"
         elif name == "master_weights" and code(value) in ("True", "False", "None"):
             master = master if code(value) == "None" else code(value) == "True"
@@ -323,19 +336,39 @@ def {model}(model, dtype, keep_batchnorm_fp32):
 '''
 
 
-def helper_statements(plan: Plan) -> Tuple[str, List[cst.BaseStatement]]:
-    """(the model-cast function's name, the module-level definitions to insert), with
-    fresh names that capture no user name."""
-    names = {key: plan.fresh(base) for key, base in (("cast", "_apex_cast"), ("state", "_apex_float32_state"))}
-    names["model"] = plan.fresh("_apex_cast_model")
-    body: List[cst.BaseStatement] = list(cst.parse_module(_HELPERS.format(**names)).body)
+_AUTOCAST_HELPERS = '''
+def {autocast}():
+    """roundpipe-migrate (apex O1): torch.autocast where the model runs: float16 on CUDA (where
+    upstream RoundPipe runs it), else bfloat16 on the CPU (CPU autocast's low-precision type)."""
+    if torch.cuda.is_available():
+        return torch.autocast("cuda", dtype=torch.float16)
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+class {model}(roundpipe.RoundPipe):
+    """roundpipe-migrate (apex O1): a RoundPipe whose forward and forward_backward (the model
+    and the loss function; the backward runs outside autocast) run under {autocast}()."""
+
+    def forward(self, *args, **kwargs):
+        with {autocast}():
+            return super().forward(*args, **kwargs)
+
+    def forward_backward(self, *args, **kwargs):
+        with {autocast}():
+            return super().forward_backward(*args, **kwargs)
+'''
+
+
+def helper_statements(plan: Plan, autocast: bool) -> Tuple[str, List[cst.BaseStatement]]:
+    """(the name to call, the module-level definitions to insert), with fresh names that
+    capture no user name: the model-cast function (O0, O2, O3), or with ``autocast`` (O1)
+    the autocasting subclass of ``roundpipe.RoundPipe`` that replaces it in the wrap."""
+    if autocast:
+        names = {"autocast": plan.fresh("_apex_autocast"), "model": plan.fresh("_ApexAutocastRoundPipe")}
+        text = _AUTOCAST_HELPERS
+    else:
+        names = {key: plan.fresh(base) for key, base in (("cast", "_apex_cast"), ("state", "_apex_float32_state"))}
+        names["model"] = plan.fresh("_apex_cast_model")
+        text = _HELPERS
+    body: List[cst.BaseStatement] = list(cst.parse_module(text.format(**names)).body)
     return names["model"], body
-
-
-def top_block_end(facts: ModuleFacts) -> int:
-    """The index in the module body just after its top import block (after a docstring)."""
-    body = list(facts.module.body)
-    end = 1 if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])) else 0
-    while end < len(body) and is_import_line(body[end]):
-        end += 1
-    return end

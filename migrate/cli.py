@@ -18,10 +18,10 @@ Exit status: 0 when nothing is left to do, 1 when a file was only partly migrate
 with ``--check``, when a file would change), 2 for usage errors and for files that could
 not be read, parsed or written, 130 when interrupted.
 
-The engine is only used through ``migrate_source(source, path=..., exact=...) ->
-FileResult``, imported when the first file needs it (``--help`` and runs on files
-without AMP never load it, nor ``libcst``); :data:`ENGINE` replaces it when set. This
-module imports neither torch nor roundpipe.
+The engine is only used through ``migrate_source(source, path=..., exact=...,
+apex_target=...) -> FileResult``, imported when the first file needs it (``--help`` and
+runs on files without AMP never load it, nor ``libcst``); :data:`ENGINE` replaces it when
+set. This module imports neither torch nor roundpipe.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ __all__ = ["ENGINE", "main", "migrate_text"]
 Engine = Callable[..., FileResult]
 T = TypeVar("T")
 
-#: The function that migrates one file's text; None for the real engine
+#: The function that migrates one file's text, called as ``engine(text, path=...,
+#: exact=..., apex_target=...)``; None for the real engine
 #: (``migrate.engine.migrate_source``). With ``-j N`` it must be a module-level
 #: (picklable) function.
 ENGINE: Optional[Engine] = None
@@ -126,6 +127,7 @@ class Outcome:
     rewrites: List[Rewrite]
     diagnostics: List[Diagnostic]
     wrapped_models: List[str] = dataclasses.field(default_factory=list)
+    handed_classes: List[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -203,7 +205,9 @@ def use_color(choice: str, stream: TextIO) -> bool:
 # ------------------------------------------------------------------------- migration
 
 
-def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) -> FileResult:
+def migrate_text(
+    text: str, path: str, engine: Engine, exact: bool, look: bool, apex_target: str = "compat"
+) -> FileResult:
     """Check and migrate one file's ``text`` (without its BOM); never raises.
 
     Every text is checked with Python's compiler: one that does not compile gives an
@@ -219,7 +223,7 @@ def migrate_text(text: str, path: str, engine: Engine, exact: bool, look: bool) 
     if not look:
         return unchanged
     try:
-        result = _on_deep_stack(functools.partial(engine, text, path=path, exact=exact))
+        result = _on_deep_stack(functools.partial(engine, text, path=path, exact=exact, apex_target=apex_target))
     except (RecursionError, MemoryError) as err:
         message = f"nested too deeply for the migration engine ({type(err).__name__}); file skipped"
         return _left_unchanged(unchanged, "RPM901", message)
@@ -326,11 +330,11 @@ class Task:
     look: bool
 
 
-def process(task: Task, engine: Engine, exact: bool) -> Outcome:
+def process(task: Task, engine: Engine, exact: bool, apex_target: str = "compat") -> Outcome:
     """Run :func:`migrate_text` on ``task`` and keep what the parent does not have."""
-    result = migrate_text(task.text, task.path, engine, exact, task.look)
+    result = migrate_text(task.text, task.path, engine, exact, task.look, apex_target)
     migrated = result.migrated if result.changed else None
-    return Outcome(migrated, result.rewrites, result.diagnostics, result.wrapped_models)
+    return Outcome(migrated, result.rewrites, result.diagnostics, result.wrapped_models, result.handed_classes)
 
 
 def migrate_all(
@@ -342,17 +346,17 @@ def migrate_all(
     migration run in that many worker processes, costly files first. The files handed to
     the engine are one project: once every result is in, :func:`migrate.project.reconcile`
     keeps them consistent (no file changed while a file of the same program is refused).
-    ``apex_target`` is the engine's (it is the reconciling migration's too).
+    ``exact`` and ``apex_target`` go to the engine and to the reconciling migration.
     """
     loaded = [load(job) for job in jobs]
     present = [(job, item) for job, item in zip(jobs, loaded) if isinstance(item, Source)]
     look = select_candidates([job.path for job, _ in present], [item.text for _, item in present])
     tasks = [Task(job.path, item.text, chosen) for (job, item), chosen in zip(present, look)]
-    worker = functools.partial(process, engine=engine, exact=exact)
+    worker = functools.partial(process, engine=engine, exact=exact, apex_target=apex_target)
     if processes > 1 and sum(task.look for task in tasks) > 1:
         from .pool import run_in_workers
 
-        if getattr(engine, "func", engine) is real_engine:  # forked workers inherit it, not each importing it
+        if engine is real_engine:  # forked workers inherit it, not each importing it
             from . import engine as _  # noqa: F401
 
         costly = [task.look for task in tasks]
@@ -363,7 +367,13 @@ def migrate_all(
     for task, outcome in zip(tasks, outcomes):
         migrated = task.text if outcome.migrated is None else outcome.migrated
         results[task.path] = FileResult(
-            task.path, task.text, migrated, outcome.rewrites, outcome.diagnostics, outcome.wrapped_models
+            task.path,
+            task.text,
+            migrated,
+            outcome.rewrites,
+            outcome.diagnostics,
+            outcome.wrapped_models,
+            outcome.handed_classes,
         )
     _reconcile([task for task in tasks if task.look], results, exact, apex_target)
     for job, item in zip(jobs, loaded):
@@ -600,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="compat",
         help="apex scripts: call roundpipe.compat (default; any setting, apex's numbers), or write "
         "plain code upstream RoundPipe can run where the settings are literals it can follow "
-        "(O0/O2/O3; other files stay on compat with RPM303; see docs/apex.md)",
+        "(O0-O3; other files stay on compat with RPM303; see docs/apex.md)",
     )
     parser.add_argument(
         "--report",
@@ -691,13 +701,13 @@ def _mirror_problem(jobs: Sequence[Job], output: str) -> Optional[str]:
     return None
 
 
-def _stdin_results(engine: Engine, exact: bool) -> Iterator[Tuple[Optional[Source], FileResult]]:
+def _stdin_results(engine: Engine, exact: bool, apex_target: str) -> Iterator[Tuple[Optional[Source], FileResult]]:
     source = read_stdin()
     if isinstance(source, FileResult):
         yield None, source
     else:
         look = might_use_amp(source.text)
-        yield source, migrate_text(source.text, STDIN_PATH, engine, exact, look)
+        yield source, migrate_text(source.text, STDIN_PATH, engine, exact, look, apex_target)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -728,11 +738,9 @@ def _run(run: Run, tally: Tally) -> Optional[int]:
     usage error (already printed)."""
     options = run.options
     engine = real_engine if ENGINE is None else ENGINE
-    if options.apex_target != "compat":
-        engine = functools.partial(engine, apex_target=options.apex_target)
     if options.stdin:
         jobs = [Job(STDIN_PATH, STDIN_PATH)]
-        results = _stdin_results(engine, options.exact)
+        results = _stdin_results(engine, options.exact, options.apex_target)
     else:
         skip = frozenset([os.path.realpath(options.output)]) if options.output else frozenset()
         jobs = collect_jobs(options.paths, options.exclude, skip)

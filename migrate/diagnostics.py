@@ -60,6 +60,9 @@ class FileResult:
     rewrites: List[Rewrite] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
     wrapped_models: List[str] = field(default_factory=list)  # names now bound to RoundPipe models
+    # classes whose constructions the migration followed for what they hand the constructor
+    # (migrate.handed_in); a result of files migrated as one (migrate.joined_classes): the group's
+    handed_classes: List[str] = field(default_factory=list)
 
     @property
     def changes(self) -> List[Change]:

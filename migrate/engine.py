@@ -114,6 +114,7 @@ def migrate_source(
     result.rewrites = [Rewrite(facts.position(node).line, text) for node, text in plan.rewrites]
     result.rewrites.sort(key=lambda r: r.line)
     result.wrapped_models = sorted({name for _, name, _ in plan.wrapped_models})
+    result.handed_classes = sorted(plan.handed_classes)
     return result
 
 

@@ -15,14 +15,13 @@ every construction passes the parameter as a plain name or a call.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
 from .attributes import InstanceFamily, wrapped
 from .names import argument_for
-from .plan import Binding, Blocked
+from .plan import Binding, Blocked, Plan
 from .syntax import code
 
 if TYPE_CHECKING:
@@ -31,20 +30,17 @@ if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
 __all__ = [
-    "HANDED_NOTE",
     "attribute_fed",
     "constructed_init",
     "constructions",
     "constructor_argument",
     "constructor_parameter",
     "handed_model",
-    "handed_note",
+    "note_handed",
     "plan_handed_wrap",
 ]
 
 _CODE = "RPM108"
-#: Finds the class named by :func:`handed_note` in a rewrite's description.
-HANDED_NOTE = re.compile(r"handed to (\w+)\(\) at each of its constructions here")
 
 
 def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
@@ -193,17 +189,19 @@ def handed_model(step: "StepBuilder", model: str, built: Binding) -> Optional[st
     attribute, init = fed
     _check_only_binding(step.facts, step.rules.attributes.binding(attribute, step.backward))
     step.rules.plan.wrapped_models.append((family, attribute, 0))
-    step.rules.plan.rewrites.append((step.backward, handed_note(step.facts, init, f"steps the model ({attribute})")))
+    note_handed(step.rules.plan, step.facts, step.backward, init, f"steps the model ({attribute})")
     return attribute
 
 
-def handed_note(facts: "ModuleFacts", init: cst.FunctionDef, what: str) -> str:
-    """The report line for an object followed through the constructor ``init``; the project
-    layer reads it (:data:`HANDED_NOTE`) to find constructions in other files."""
+def note_handed(plan: Plan, facts: "ModuleFacts", node: cst.CSTNode, init: cst.FunctionDef, what: str) -> None:
+    """Report, at ``node``, an object followed through the constructor ``init``, and record
+    its class in ``plan.handed_classes`` (the file's result carries it: the project layer
+    looks for constructions of that class in other files)."""
     block = facts.parent(init)
     owner = facts.parent(block) if block is not None else None
     name = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
-    return f"{what} handed to {name}() at each of its constructions here"
+    plan.rewrites.append((node, f"{what} handed to {name}() at each of its constructions here"))
+    plan.handed_classes.add(name)
 
 
 def constructed_init(facts: "ModuleFacts", call: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -261,6 +259,6 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
             raise Blocked(
                 site, _CODE, f"`{code(site)}` hands the model to {family.name}() other than by a name or a call"
             )
-        plan.rewrites.append((statement, handed_note(facts, init, "wrapped with roundpipe.RoundPipe: the model")))
+        note_handed(plan, facts, statement, init, "wrapped with roundpipe.RoundPipe: the model")
     plan.wrapped_models.append((family, model, 0))
     return True

@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 from .syntax import is_import_line, leading_lines
 
-__all__ = ["add_header"]
+__all__ = ["add_header", "top_block"]
 
 _MICROBATCH_NOTE = "  # roundpipe-migrate: microbatches per batch; mean losses are divided by it"
 _THIRD_PARTY_ANCHORS = frozenset({"torch", "apex"})
@@ -36,7 +36,7 @@ def add_header(module: cst.Module, microbatch: str, read: AbstractSet[str]) -> c
     reads that name (a file whose only change is at a call site needs neither). ``read``:
     the values of every ``Name`` node of ``module``."""
     body: List[cst.BaseStatement] = list(module.body)
-    start, end = _top_block(body)
+    start, end = top_block(body)
     if _ROUNDPIPE in read and not any(m.matches(statement, _IMPORT_ROUNDPIPE) for statement in body[start:end]):
         end = _insert_import(body, start, end)
     if microbatch in read:
@@ -45,7 +45,7 @@ def add_header(module: cst.Module, microbatch: str, read: AbstractSet[str]) -> c
     return module.with_changes(body=body)
 
 
-def _top_block(body: Sequence[cst.BaseStatement]) -> Tuple[int, int]:
+def top_block(body: Sequence[cst.BaseStatement]) -> Tuple[int, int]:
     """``(first import, end)``: where the top block's imports start (after the docstring)
     and the index just after its last import line."""
     start = 1 if body and _is_docstring(body[0]) else 0

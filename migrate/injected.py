@@ -26,7 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .attributes import InstanceFamily
-from .handed_in import constructions, constructor_argument, handed_note
+from .handed_in import constructions, constructor_argument, note_handed
 from .plan import Blocked
 from .syntax import code, only_assignment
 
@@ -99,7 +99,7 @@ def injected_attribute(
             f"`{code(site)}` hands {family.name} `{code(passed)}` as its scaler, which the migration cannot "
             "follow to a torch GradScaler built in this file; left untouched",
         )
-    rules.plan.rewrites.append((statement, handed_note(facts, init, f"{code(target)}: every scaler")))
+    note_handed(rules.plan, facts, statement, init, f"{code(target)}: every scaler")
     return family, target.attr.value
 
 

@@ -179,6 +179,7 @@ def migrate_joined(
             results[path].rewrites.append(Rewrite(local, rewrite.description))
     for path in results:
         results[path].wrapped_models = list(joined.wrapped_models)
+        results[path].handed_classes = list(joined.handed_classes)
     return results
 
 

@@ -40,6 +40,7 @@ class Plan:
     rewrites: List[Tuple[cst.CSTNode, str]] = field(default_factory=list)
     wrapped_optimizers: Set[int] = field(default_factory=set)
     wrapped_models: List[Tuple[object, str, int]] = field(default_factory=list)  # scope/family, name, after (order)
+    handed_classes: Set[str] = field(default_factory=set)  # followed through their constructions (migrate.handed_in)
     helper_names: Set[str] = field(default_factory=set)
     backward_statements: Set[cst.CSTNode] = field(default_factory=set)  # of recognised steps
     step_statements: Set[cst.CSTNode] = field(default_factory=set)  # moved into step functions

@@ -32,7 +32,6 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
-from .handed_in import HANDED_NOTE
 from .joined_classes import call_groups, join_groups, migrate_joined, shared_names
 from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
@@ -130,6 +129,7 @@ def reconcile(
             )
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
+            result.handed_classes = again.handed_classes
     joined = _migrate_joined_classes(files, results, exact, wrappers)
     _refuse_models_handed_across(files, results, contexts, joined)
     _refuse_instances_reached_across(files, results)
@@ -176,6 +176,7 @@ def _migrate_joined_classes(
             result = results[path]
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
+            result.handed_classes = outcome.handed_classes
     return taken
 
 
@@ -183,15 +184,15 @@ def _handed_elsewhere(
     files: Mapping[str, ProjectFile], results: Mapping[str, FileResult], group: List[str]
 ) -> List[Tuple[str, str]]:
     """(file, class) for each class of a changed file of ``group`` whose migration follows
-    what its constructions in that file hand it (:data:`~migrate.handed_in.HANDED_NOTE`)
-    and that the group's last file builds too."""
+    what its constructions in that file hand it (``FileResult.handed_classes``) and that the
+    group's last file builds too."""
     builder = files[group[-1]].tree
     calls = ast.walk(builder) if builder is not None else ()
     built = {n.func.id for n in calls if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     found = []
     for path in group[:-1]:
-        names = {m.group(1) for r in results[path].rewrites for m in [HANDED_NOTE.search(r.description)] if m}
-        found += [(path, name) for name in sorted(names & built)] if results[path].changed else []
+        names = set(results[path].handed_classes) & built
+        found += [(path, name) for name in sorted(names)] if results[path].changed else []
     return found
 
 
@@ -313,6 +314,7 @@ def _refuse(result: FileResult, line: int, message: str) -> None:
     result.migrated = result.original
     result.rewrites = []
     result.wrapped_models = []
+    result.handed_classes = []
     result.diagnostics.append(Diagnostic(result.path, line, 1, "RPM110", message))
 
 

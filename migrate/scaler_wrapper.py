@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
+from libcst.metadata.scope_provider import LocalScope
 
 from .names import SCALER_STATE_METHODS
 from .optimizer_writes import is_scheduler, optimizer_writes
@@ -63,7 +64,7 @@ from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
 from .rules.model_wrap import plan_model_wrap
 from .rules.scaler_constructor import rewrite_constructor
-from .syntax import code, leading_lines, only_assignment, only_expression
+from .syntax import PARAMETERS_CALL, bare_method_call, code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -75,6 +76,9 @@ LIBRARY_WRAPPERS: Dict[str, str] = {
     "timm.utils.NativeScaler": "roundpipe.compat.NativeScaler",
     "timm.utils.cuda.NativeScaler": "roundpipe.compat.NativeScaler",
 }
+
+#: the nodes whose ``target`` is what an assignment binds
+_TARGETS = (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)
 
 
 @dataclass(frozen=True)
@@ -282,7 +286,7 @@ class ScalerWrappers:
                 update_line, f"the optimizer work must call self.{scaler}.step({optimizer}) once, before update()"
             )
         for statement in moved:
-            if m.findall(statement, m.Return() | m.Yield() | m.Nonlocal() | m.Global()):
+            if self.facts.subtree(statement, (cst.Return, cst.Yield, cst.Nonlocal, cst.Global)):
                 raise refuse(statement, "the optimizer work returns or rebinds outer names")
             for scaler_call in self._scaler_calls(statement, scaler):
                 if not (
@@ -295,25 +299,25 @@ class ScalerWrappers:
     def _check_uses_of_self(self, statement: cst.CSTNode, scaler: str, settings: Set[str], refuse) -> None:
         """The step function may read the wrapper's settings (attributes only ``__init__``
         assigns, such as a clipping norm), not call its methods or touch other state."""
-        for attribute in m.findall(statement, m.Attribute(value=m.Name("self"))):
-            name = attribute.attr.value  # type: ignore[attr-defined]
+        for attribute in self._self_attributes(statement):
+            name = attribute.attr.value
             parent = self.facts.parent(attribute)
             called = isinstance(parent, cst.Call) and parent.func is attribute
             if name != scaler and (called or name not in settings):
                 raise refuse(
                     attribute, f"the optimizer work uses `{code(attribute)}`, which the step function would share"
                 )
-        for name in m.findall(statement, m.Name("self")):
-            parent = self.facts.parent(name)
+        for reference in (n for n in self.facts.subtree(statement, cst.Name) if n.value == "self"):
+            parent = self.facts.parent(reference)
             if not isinstance(parent, cst.Attribute):
                 raise refuse(statement, "the optimizer work hands `self` on")
 
     def _settings(self, node: cst.ClassDef, init: cst.FunctionDef) -> Set[str]:
         """Attributes of ``self`` that ``__init__`` assigns and no other method does."""
         assigned: Dict[str, bool] = {}
-        for target in m.findall(node, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
-            for attribute in m.findall(target.target, m.Attribute(value=m.Name("self"), attr=m.Name())):  # type: ignore[attr-defined]
-                name = attribute.attr.value  # type: ignore[attr-defined]
+        for target in self.facts.subtree(node, _TARGETS):
+            for attribute in self._self_attributes(target.target):  # type: ignore[attr-defined]
+                name = attribute.attr.value
                 assigned[name] = assigned.get(name, True) and self.facts.within(target, init)
         return {name for name, only_init in assigned.items() if only_init}
 
@@ -326,7 +330,7 @@ class ScalerWrappers:
                 raise refuse(scaler_call, f"`{code(scaler_call)}` outside the optimizer work is not migrated")
 
     def _check_other_methods(self, node: cst.ClassDef, scaler: str, wrapper: WrapperClass) -> None:
-        for attribute in m.findall(node, m.Attribute(value=m.Name("self"), attr=m.Name(scaler))):
+        for attribute in (a for a in self._self_attributes(node) if a.attr.value == scaler):
             if self.facts.within(attribute, wrapper.call) or any(
                 self.facts.within(attribute, self.facts.statement_of(c)) for c in wrapper.constructors
             ):
@@ -344,14 +348,21 @@ class ScalerWrappers:
         pattern = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler))))
         return [c for c in self.facts.subtree(root, cst.Call) if m.matches(c, pattern)]
 
+    def _self_attributes(self, root: cst.CSTNode) -> List[cst.Attribute]:
+        """The ``self.<name>`` attributes at or under ``root``, in source order."""
+        return [
+            a
+            for a in self.facts.subtree(root, cst.Attribute)
+            if isinstance(a.value, cst.Name) and a.value.value == "self"
+        ]
+
     def _bound(self, root: cst.CSTNode, outside: List[cst.BaseStatement] = ()) -> Set[str]:  # type: ignore[assignment]
         """Names assigned under ``root``, not counting those under the ``outside`` statements."""
         return {
             n.value
-            for target in m.findall(root, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+            for target in self.facts.subtree(root, _TARGETS)
             if not any(self.facts.within(target, s) for s in outside)
-            for n in m.findall(target.target, m.Name())  # type: ignore[attr-defined]
-            if isinstance(n, cst.Name)
+            for n in self.facts.subtree(target.target, cst.Name)  # type: ignore[attr-defined]
         }
 
     def _names_read_after(self, call: cst.FunctionDef, moved: List[cst.BaseStatement]) -> Set[str]:
@@ -368,7 +379,7 @@ class ScalerWrappers:
         edits = self.plan.edits
         for constructor in wrapper.constructors:
             rewrite_constructor(self.rules, constructor, self.facts.scaler_kind(constructor))
-        taken = {a.attr.value for a in m.findall(wrapper.node, m.Attribute(value=m.Name("self"), attr=m.Name()))}  # type: ignore[attr-defined]
+        taken = {a.attr.value for a in self._self_attributes(wrapper.node)}
         model = "_model" if "_model" not in taken else "_roundpipe_model"
         init_params = wrapper.init.params
 
@@ -518,12 +529,13 @@ class ScalerWrappers:
         """The model whose optimizer is built in ``scope`` last before ``call`` (on
         ``model.parameters()``); that optimizer is rebuilt on the RoundPipe copies."""
         candidates = []
-        for assign in self.facts.subtree(self.facts.module, cst.Assign):
+        root = scope.node if isinstance(scope, LocalScope) else self.facts.module  # what defines the scope
+        for assign in self.facts.subtree(root, cst.Assign):
             if self.facts.scope(assign) is not scope or self.facts.order(assign) > self.facts.order(call):
                 continue
             if not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
                 continue
-            owners = _parameter_calls(assign.value)
+            owners = [c for c in self.facts.subtree(assign.value, cst.Call) if m.matches(c, PARAMETERS_CALL)]
             if owners:
                 candidates.append((assign, owners))
         if not candidates:
@@ -574,9 +586,9 @@ class ScalerWrappers:
         value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "parameters"), None)
         if value is None:
             return None
-        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("optim_parameters")), args=[])):
+        if m.matches(value, bare_method_call("optim_parameters")):
             return value.func.value.value  # type: ignore[attr-defined]
-        if not m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])):
+        if not m.matches(value, PARAMETERS_CALL):
             raise Blocked(
                 value,
                 "RPM111",
@@ -705,10 +717,6 @@ def _is_scaler_call(node: Optional[cst.CSTNode], scaler: str, method: str, optim
 
 def _optional(value: cst.BaseExpression, call: cst.Call) -> bool:
     return isinstance(value, cst.IfExp) and (value.body is call or value.orelse is call)
-
-
-def _parameter_calls(call: cst.Call) -> List[cst.Call]:
-    return list(m.findall(call, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])))  # type: ignore[arg-type]
 
 
 def _with_keywords(call: cst.Call, keywords: List[Tuple[str, str]]) -> cst.Call:

@@ -35,7 +35,8 @@ import libcst as cst
 from .names import argument_for
 from .optimizer_writes import optimizer_writes
 from .plan import Binding, Blocked
-from .syntax import calls_method, code, method_call
+from .split_step import refuse_zero_grad_outside
+from .syntax import code, method_call
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -93,14 +94,8 @@ def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: s
             "a step split over functions is migrated only when the model is handed in",
         )
     _require_same_caller_binding(step, function, model, step.rules.constructed(model, found.statements[0]))
-    for call in step.facts.subtree(step.facts.module, cst.Call):
-        if calls_method(call, "zero_grad") and not any(step.facts.within(call, s) for s in found.statements):
-            raise Blocked(
-                call,
-                _CODE,
-                f"`{code(call)}` empties gradients outside {where}, which holds the optimizer step of a "
-                f"step split over functions; the step function cannot keep it in its place; left untouched",
-            )
+    outside = f"{where}, which holds the optimizer step of a step split over functions"
+    refuse_zero_grad_outside(step, found, [step.facts.module], outside)
     if not step.rules.exact:
         _refuse_optimizer_writes(step, function, backward_function, found, optimizer)
     unfused = Blocked(step.backward, _CODE, f"the optimizer step is in another function ({where})")

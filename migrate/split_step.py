@@ -20,7 +20,7 @@ function cannot reproduce).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Collection, Iterable, List, Optional
 
 import libcst as cst
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
     from .torch_amp import TorchAmpRules
 
-__all__ = ["calls_own_method", "detached_group", "planned_already", "plan_detached"]
+__all__ = ["calls_own_method", "detached_group", "planned_already", "plan_detached", "refuse_zero_grad_outside"]
 
 
 def detached_group(step: "StepBuilder") -> Optional["StepGroup"]:
@@ -71,7 +71,8 @@ def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model
     method = family.method_of(found.block) if family is not None else None
     if family is None or method is None or method is family.method_of(step.backward):
         return False
-    _refuse_zero_grad_elsewhere(step, family, found, (optimizer, model))
+    outside = f"the optimizer method of a step split over methods of {family.name}"
+    refuse_zero_grad_outside(step, found, family.classes, outside, owners=(optimizer, model))
     owner = step.facts.parent(step.facts.parent(method))
     where = f"{owner.name.value}.{method.name.value}()" if isinstance(owner, cst.ClassDef) else family.name
     unfused = Blocked(
@@ -100,18 +101,29 @@ def _step_calls(step: "StepBuilder", family: InstanceFamily) -> List[cst.Call]:
     return [c for c in calls if isinstance(c, cst.Call) and calls_method(c, "step")]
 
 
-def _refuse_zero_grad_elsewhere(step: "StepBuilder", family: InstanceFamily, found: "StepGroup", owners: tuple) -> None:
-    for cls in family.classes:
-        for call in step.facts.subtree(cls, cst.Call):
-            if not calls_method(call, "zero_grad") or step.rules.reference(call.func.value) not in owners:  # type: ignore[attr-defined]
+def refuse_zero_grad_outside(
+    step: "StepBuilder",
+    found: "StepGroup",
+    roots: Iterable[cst.CSTNode],
+    outside: str,
+    owners: Optional[Collection[Optional[str]]] = None,
+) -> None:
+    """Raise :class:`Blocked` (RPM106) at the first ``zero_grad`` call under ``roots`` that
+    is not in ``found``'s statements (with ``owners``: only one called on one of those
+    names, by :meth:`~migrate.torch_amp.TorchAmpRules.reference`). In the original it
+    empties gradients between the backward and the step of a split step, which the step
+    function cannot reproduce; ``outside`` names the place the message says it is outside of."""
+    for root in roots:
+        for call in step.facts.subtree(root, cst.Call):
+            if not calls_method(call, "zero_grad") or any(step.facts.within(call, s) for s in found.statements):
                 continue
-            if any(step.facts.within(call, s) for s in found.statements):
+            if owners is not None and step.rules.reference(call.func.value) not in owners:  # type: ignore[attr-defined]
                 continue
             raise Blocked(
                 call,
                 "RPM106",
-                f"`{code(call)}` empties gradients outside the optimizer method of a step split over "
-                f"methods of {family.name}; the step function cannot keep it in its place; left untouched",
+                f"`{code(call)}` empties gradients outside {outside}; the step function cannot keep it in "
+                "its place; left untouched",
             )
 
 

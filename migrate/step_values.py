@@ -23,7 +23,7 @@ from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
 from .plan import Blocked
-from .syntax import code, dotted, method_call, names_outside, only_assignment, written_and_read
+from .syntax import PARAMETERS_CALL, code, dotted, method_call, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -40,8 +40,6 @@ __all__ = [
 
 #: step statements an ``if`` (with or without ``else``) may hold alone
 GUARDABLE = frozenset({"unscale", "clip", "measure"})
-
-_PARAMETERS = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")), args=[])
 
 
 def branches(statement: cst.If) -> List[List[cst.BaseStatement]]:
@@ -79,7 +77,7 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
     calls = m.findall(value, m.Call())
     if any(isinstance(c, cst.Call) and builder.facts.calls_any(c, CLIP_FUNCTIONS) for c in calls):
         return "measure"
-    given_parameters = m.Call(args=[m.ZeroOrMore(), m.Arg(value=_PARAMETERS), m.ZeroOrMore()])
+    given_parameters = m.Call(args=[m.ZeroOrMore(), m.Arg(value=PARAMETERS_CALL), m.ZeroOrMore()])
     return "measure" if m.findall(value, given_parameters) else None
 
 

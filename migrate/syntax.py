@@ -15,6 +15,8 @@ __all__ = [
     "code",
     "method_call",
     "calls_method",
+    "bare_method_call",
+    "PARAMETERS_CALL",
     "only_expression",
     "only_assignment",
     "names_in",
@@ -68,6 +70,15 @@ def dotted(node: Optional[cst.CSTNode]) -> Optional[str]:
 def calls_method(node: cst.CSTNode, method: str) -> bool:
     """``<anything>.method(...)``."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == method
+
+
+def bare_method_call(method: str) -> m.Call:
+    """Matcher of ``name.method()``: a plain-name owner, no arguments."""
+    return m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(method)), args=[])
+
+
+#: ``model.parameters()``: a plain-name owner's parameters, no arguments
+PARAMETERS_CALL = bare_method_call("parameters")
 
 
 def statements_of(suite: cst.BaseSuite) -> List[cst.BaseStatement]:

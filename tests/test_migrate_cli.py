@@ -346,6 +346,18 @@ def test_exact_reaches_the_engine(tmp_path, capsys, fake):
     assert "+# migrated exact" in run(capsys, "--exact", tmp_path)[1]
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_apex_target_reaches_the_engine_in_every_worker(tmp_path, capsys, fake, jobs):
+    make(tmp_path, {"a.py": AMP, "b.py": AMP})
+    out = run(capsys, "-j", jobs, "--apex-target", "plain", "--exact", tmp_path)[1]
+    assert out.count("+# migrated exact for plain") == 2
+
+
+def test_apex_target_reaches_the_engine_from_stdin(capsys, monkeypatch, fake):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(AMP))
+    assert run(capsys, "--apex-target", "plain", "-")[1] == AMP + "# migrated for plain\n"
+
+
 # ---------------------------------------------------------- diagnostics and status
 
 

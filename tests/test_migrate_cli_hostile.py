@@ -378,10 +378,10 @@ def test_sigint_in_process_ends_with_a_summary_and_exit_130_and_writes_nothing(t
     (tmp_path / "a.py").write_text(AMP)
     (tmp_path / "b.py").write_text(AMP)
 
-    def interrupted(source, path="<stdin>", exact=False):
+    def interrupted(source, path="<stdin>", exact=False, apex_target="compat"):
         if path.endswith("b.py"):
             raise KeyboardInterrupt
-        return fake_migrate(source, path, exact)
+        return fake_migrate(source, path, exact, apex_target)
 
     monkeypatch.setattr(cli, "ENGINE", interrupted)
     code, out, err = run(capsys, "-w", tmp_path)

@@ -183,3 +183,16 @@ def test_helpers_called_from_another_file_too_are_not_joined():
     results = migrate_project(sources, exact=True)
     assert not any(r.changed for r in results.values())
     assert "RPM104" in _codes(results["steps.py"])
+
+
+def test_a_zero_grad_between_the_two_helpers_is_refused_at_the_call():
+    source = ONE_FILE.replace(
+        "        backward_step(loss, scaler)\n", "        backward_step(loss, scaler)\n        optimizer.zero_grad()\n"
+    )
+    line = source.splitlines().index("        backward_step(loss, scaler)") + 2
+    result = migrate_source(source, "main.py", exact=True)
+    assert (
+        f"main.py:{line}:9: RPM106 `optimizer.zero_grad()` empties gradients outside optimizer_step(), which holds "
+        "the optimizer step of a step split over functions; the step function cannot keep it in its place; left "
+        "untouched" in [d.format() for d in result.diagnostics]
+    )

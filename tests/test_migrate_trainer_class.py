@@ -429,6 +429,11 @@ def test_a_model_and_optimizer_handed_to_the_constructor_are_wrapped_where_the_c
     assert len(STEP.findall(_run(_migrated(HANDED, exact=False), tmp_path, "default.py"))) == 8
 
 
+def test_the_result_names_the_classes_followed_through_their_constructions():
+    assert migrate_source(HANDED, "trainer.py", exact=True).handed_classes == ["Trainer"]
+    assert migrate_source(FUSED, "trainer.py", exact=True).handed_classes == []
+
+
 @pytest.mark.parametrize(
     "old, new, blocker",
     [
@@ -475,6 +480,19 @@ def test_a_split_step_the_rules_cannot_account_for_is_refused_at_the_backward_or
     assert [d.code for d in result.diagnostics if blocker in d.message][:1] == ["RPM106"], [
         d.format() for d in result.diagnostics
     ]
+
+
+def test_a_zero_grad_outside_the_optimizer_method_is_refused_at_the_call():
+    source = SPLIT.replace(
+        "        self.backward(loss)\n", "        self.optimizer.zero_grad()\n        self.backward(loss)\n", 1
+    )
+    line = source.splitlines().index("        self.backward(loss)")  # the line before it, 1-based
+    result = migrate_source(source, "trainer.py")
+    assert (
+        f"trainer.py:{line}:9: RPM106 `self.optimizer.zero_grad()` empties gradients outside the optimizer "
+        "method of a step split over methods of Trainer; the step function cannot keep it in its place; left "
+        "untouched" in [d.format() for d in result.diagnostics]
+    )
 
 
 def _project(main: str):

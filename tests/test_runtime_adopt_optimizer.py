@@ -77,3 +77,25 @@ def test_a_parameter_that_is_not_the_modules_is_refused_and_nothing_changes():
     with pytest.raises(ValueError, match="not one of the wrapped module's"):
         model.adopt_optimizer(optimizer)
     assert optimizer.param_groups[0]["params"] == before
+
+
+def test_adopted_state_takes_the_copys_dtype_and_keeps_its_values():
+    # A bf16 model with fp32 optimizer copies: state made on the model's parameters (here
+    # loaded from a checkpoint before adoption) is cast as torch's load_state_dict casts it.
+    module = _model().to(torch.bfloat16)
+    model = RoundPipe(module, optim_dtype=torch.float32)
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+    saved = optimizer.state_dict()
+    saved["state"] = {
+        i: {"step": torch.tensor(3.0), "exp_avg": torch.full_like(p, 0.25), "exp_avg_sq": torch.full_like(p, 0.5)}
+        for i, p in enumerate(module.parameters())
+    }
+    optimizer.load_state_dict(saved)
+    model.adopt_optimizer(optimizer)
+    for copy in optimizer.param_groups[0]["params"]:
+        state = optimizer.state[copy]
+        assert copy.dtype == torch.float32
+        assert state["exp_avg"].dtype == torch.float32 and state["exp_avg_sq"].dtype == torch.float32
+        assert torch.equal(state["exp_avg"], torch.full_like(copy, 0.25))
+        assert torch.equal(state["exp_avg_sq"], torch.full_like(copy, 0.5))
+        assert state["step"].dtype == torch.float32 and state["step"].item() == 3.0

@@ -111,10 +111,11 @@ def test_compat_case_is_an_apex_migration_needing_only_compat(case: str) -> None
 
 
 def test_plain_apex_target_needs_no_compat_where_the_settings_are_literal() -> None:
-    """``--apex-target plain`` writes the literal O2 example with upstream's API alone (checked
-    above); the examples it cannot follow stay compat cases (test_apex_plain_target.py)."""
+    """``--apex-target plain`` writes the literal O1 and O2 examples with upstream's API alone
+    (checked above); the examples it cannot follow stay compat cases (test_apex_plain_target.py)."""
     plain = {case for case in _programs() if case.startswith("plain-")}
-    assert plain == {"plain-default/apex_o2_batchnorm.py", "plain-exact/apex_o2_batchnorm.py"}
+    literal = ("apex_o1.py", "apex_o2_batchnorm.py")
+    assert plain == {f"plain-{mode}/{name}" for mode in ("default", "exact") for name in literal}
     assert not any(_is_compat(case) for case in plain)
 
 

@@ -190,6 +190,11 @@ class UpstreamChecker:
                     qualified = f"{node.module}.{alias.name}"
                     self._use(qualified, node)
                     self.aliases[alias.asname or alias.name] = qualified
+        for node in ast.walk(self.tree):  # a program's subclass of an upstream class builds what it builds
+            if isinstance(node, ast.ClassDef) and len(node.bases) == 1:
+                base = self.qualified(node.bases[0])
+                if base in RETURNS.values():
+                    self.aliases[node.name] = base
 
     def qualified(self, node: ast.AST) -> Optional[str]:
         """The roundpipe name an expression spells (``roundpipe.RoundPipe``), if any."""

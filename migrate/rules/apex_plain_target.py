@@ -22,28 +22,32 @@ for x, y in [(torch.randn(6, 4), torch.randn(6, 1))]:
 RULE = Rule(
     name="apex_plain_target",
     order=86,
-    description="with --apex-target plain, literal O0/O2/O3 settings become upstream RoundPipe code; others keep compat",
+    description="with --apex-target plain, literal O0/O1/O2/O3 settings become upstream RoundPipe code; others keep compat",
     codes=("RPM303",),
     implemented_in=("apex_plain.py", "apex_amp.py"),
     patterns=(
         Pattern(
             "with `--apex-target plain`: `model, optimizer = amp.initialize(model, optimizer, "
-            'opt_level="O0"/"O2"/"O3", ...)` with literal `keep_batchnorm_fp32`, `master_weights`, '
-            "`loss_scale` (dynamic, or a static power of two), the optimizer built on `model.parameters()` "
-            "before it, each `scale_loss` block followed by its step",
+            'opt_level="O0"/"O1"/"O2"/"O3", ...)` with literal `keep_batchnorm_fp32`, `master_weights`, '
+            "`loss_scale` (dynamic, or a static power of two), `patch_torch_functions=True` under O1, the "
+            "optimizer built on `model.parameters()` before it, each `scale_loss` block followed by its step",
             "no `roundpipe.compat`: where the optimizer is built, `_apex_cast_model(model, dtype, "
             "keep_batchnorm_fp32=...)` (generated after the imports: apex's weight cast, input/output "
-            "casts, float32 state dicts) and `model = roundpipe.RoundPipe(model, optim_dtype=...)`, the "
-            "optimizer on `model.optim_parameters()`; `amp_scaler = roundpipe.GradScaler(...)` with apex's "
+            "casts, float32 state dicts) and `model = roundpipe.RoundPipe(model, optim_dtype=...)`; for O1 "
+            "the float32 model in `_ApexAutocastRoundPipe` (a generated `roundpipe.RoundPipe` subclass whose "
+            "forward and forward_backward run under `torch.autocast`: float16 on CUDA, bfloat16 on the CPU); "
+            "the optimizer on `model.optim_parameters()`; `amp_scaler = roundpipe.GradScaler(...)` with apex's "
             "scale; `amp.master_params(opt)` becomes the optimizer's parameters; any other file keeps the "
             "compat form with an RPM303 note naming why (docs/apex.md)",
             "使用 `--apex-target plain` 时：`model, optimizer = amp.initialize(model, optimizer, "
-            'opt_level="O0"/"O2"/"O3", ...)`，覆盖参数 `keep_batchnorm_fp32`、`master_weights`、'
-            "`loss_scale`（动态，或 2 的幂的静态值）为字面量，优化器在其之前构建在 `model.parameters()` 上，"
-            "每个 `scale_loss` 块后紧跟它的步骤",
+            'opt_level="O0"/"O1"/"O2"/"O3", ...)`，覆盖参数 `keep_batchnorm_fp32`、`master_weights`、'
+            "`loss_scale`（动态，或 2 的幂的静态值）为字面量，O1 下可有 `patch_torch_functions=True`，"
+            "优化器在其之前构建在 `model.parameters()` 上，每个 `scale_loss` 块后紧跟它的步骤",
             "不使用 `roundpipe.compat`：在构建优化器的地方生成 `_apex_cast_model(model, dtype, "
             "keep_batchnorm_fp32=...)`（定义在导入之后：apex 的权重转换、输入/输出转换、float32 状态字典）和 "
-            "`model = roundpipe.RoundPipe(model, optim_dtype=...)`，优化器改用 `model.optim_parameters()`；"
+            "`model = roundpipe.RoundPipe(model, optim_dtype=...)`；O1 则把 float32 模型放进 "
+            "`_ApexAutocastRoundPipe`（生成的 `roundpipe.RoundPipe` 子类，其 forward 与 forward_backward 在 "
+            "`torch.autocast` 下运行：CUDA 上 float16，CPU 上 bfloat16）；优化器改用 `model.optim_parameters()`；"
             "`amp_scaler = roundpipe.GradScaler(...)` 使用 apex 的缩放值；`amp.master_params(opt)` 改为优化器的参数；"
             "其他文件保留 compat 形式，并给出说明原因的 RPM303 提示（docs/apex.md）",
         ),
@@ -61,7 +65,21 @@ RULE = Rule(
         ),
         Example(
             _O2.replace('opt_level="O2"', 'opt_level="O1"'),
-            expect=('model, optimizer = roundpipe.compat.initialize(model, optimizer, opt_level="O1", verbosity=0)',),
+            expect=(
+                "class _ApexAutocastRoundPipe(roundpipe.RoundPipe):\n",
+                'return torch.autocast("cpu", dtype=torch.bfloat16)\n',
+                "model = _ApexAutocastRoundPipe(model, model_run_config=",
+                "optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)\n",
+                "amp_scaler = roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)\n",
+            ),
+            apex_target="plain",
+        ),
+        Example(  # a bound upstream's scaler lacks: compat, with an RPM303 note
+            _O2.replace('opt_level="O2"', 'opt_level="O1", min_loss_scale=1.0'),
+            expect=(
+                "model, optimizer = roundpipe.compat.initialize(model, optimizer, "
+                'opt_level="O1", min_loss_scale=1.0, verbosity=0)',
+            ),
             apex_target="plain",
         ),
         Example(

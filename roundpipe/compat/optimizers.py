@@ -8,10 +8,12 @@ them. An optimizer may span several models.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator
+from typing import Dict, Iterator
 
 import torch
 from torch import nn
+
+from ..optimizer_adoption import move_onto_copies
 
 __all__ = ["check_not_initialized", "master_params", "rebind_to_copies"]
 
@@ -28,29 +30,14 @@ def check_not_initialized(optimizer: torch.optim.Optimizer) -> None:
 
 
 def rebind_to_copies(optimizer: torch.optim.Optimizer, copy_of: Dict[nn.Parameter, nn.Parameter]) -> None:
-    """Replace, in place, each parameter of ``optimizer`` found in ``copy_of`` by its copy.
-
-    Parameters without a copy (frozen ones, or ones of no wrapped model) stay as they are.
-    State entries move to the copy, cast by torch's ``load_state_dict`` rule: ``"step"`` is
-    kept, floating tensors take the copy's dtype and device, other tensors its device.
-    The optimizer is marked, so a second ``initialize`` with it is refused.
+    """Replace, in place, each parameter of ``optimizer`` found in ``copy_of`` by its copy,
+    moving its state (:func:`roundpipe.optimizer_adoption.move_onto_copies`: floating state
+    takes the copy's dtype). Parameters without a copy (frozen ones, or ones of no wrapped
+    model) stay as they are. The optimizer is marked, so a second ``initialize`` with it is
+    refused.
     """
-    for group in optimizer.param_groups:
-        group["params"] = [copy_of.get(param, param) for param in group["params"]]
-    for original, copy in copy_of.items():
-        if original in optimizer.state:
-            optimizer.state[copy] = _moved_state(optimizer.state.pop(original), copy)
+    move_onto_copies(optimizer, copy_of)
     setattr(optimizer, _MARK, True)
-
-
-def _moved_state(state: Dict[str, Any], copy: torch.Tensor) -> Dict[str, Any]:
-    moved = {}
-    for key, value in state.items():
-        if isinstance(value, torch.Tensor) and key != "step":
-            dtype = copy.dtype if value.is_floating_point() else value.dtype
-            value = value.to(device=copy.device, dtype=dtype)
-        moved[key] = value
-    return moved
 
 
 def master_params(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
