@@ -34,6 +34,7 @@ from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
 from .handed_in import HANDED_NOTE
 from .joined_classes import call_groups, join_groups, migrate_joined, shared_names
+from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
@@ -541,6 +542,7 @@ def wrapper_contexts(
         key
         for key in (_wrapper_classes(files) if found is None else found)
         if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
+        or is_optimizer_like(_class(files[key[0]], key[1]))
     }
     libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
     if not wrappers and not any(libraries.values()):

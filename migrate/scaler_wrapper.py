@@ -51,13 +51,19 @@ left alone. Pure source analysis: never imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 
 from .names import SCALER_STATE_METHODS
+from .optimizer_wrapper_class import (
+    OptimizerWrapperClass,
+    order_handed_optimizer_writes,
+    plan_optimizer_wrapper,
+    recognise_optimizer_wrapper,
+)
 from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
@@ -122,21 +128,25 @@ class ScalerWrappers:
 
     # --------------------------------------------------------------------- classes
     def run(self) -> None:
-        wrappers: Dict[str, WrapperClass] = {}
+        wrappers: Dict[str, Union[WrapperClass, OptimizerWrapperClass]] = {}
         for node in self.facts.subtree(self.facts.module, cst.ClassDef):
-            found = self._recognise(node)
+            found = self._recognise(node) or recognise_optimizer_wrapper(self, node)
             if found is not None:
                 wrappers[node.name.value] = found
         built = self._plan_users(set(wrappers) | set(self.context.classes))
         for name, wrapper in wrappers.items():
+            kind = "loss-scaler" if isinstance(wrapper, WrapperClass) else "optimizer"
             if name not in built and name not in self.context.built_elsewhere:
                 raise Blocked(
                     wrapper.node,
                     "RPM111",
-                    f"loss-scaler wrapper {name} is migrated together with the code that builds it, "
+                    f"{kind} wrapper {name} is migrated together with the code that builds it, "
                     "which is not among the given files; run the tool on the whole project",
                 )
-            self._plan_class(wrapper)
+            if isinstance(wrapper, WrapperClass):
+                self._plan_class(wrapper)
+            else:
+                plan_optimizer_wrapper(self, wrapper)
 
     def _recognise(self, node: cst.ClassDef) -> Optional[WrapperClass]:
         """The wrapper in ``node``, None when it is not a scaler wrapper or is one already
@@ -367,20 +377,7 @@ class ScalerWrappers:
         edits = self.plan.edits
         for constructor in wrapper.constructors:
             self.rules._rewrite_constructor(constructor, self.facts.scaler_kind(constructor))
-        taken = {a.attr.value for a in m.findall(wrapper.node, m.Attribute(value=m.Name("self"), attr=m.Name()))}  # type: ignore[attr-defined]
-        model = "_model" if "_model" not in taken else "_roundpipe_model"
-        init_params = wrapper.init.params
-
-        def add_parameter(updated: cst.Parameters) -> cst.Parameters:
-            star = updated.star_arg if isinstance(updated.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
-            return updated.with_changes(
-                star_arg=star, kwonly_params=[*updated.kwonly_params, cst.Param(cst.Name("model"))]
-            )
-
-        edits.replace_expression(init_params, add_parameter)
-        init_body = wrapper.init.body
-        first = 1 if _is_docstring(list(init_body.body)[0]) else 0
-        edits.insert_before(init_body, first, [cst.parse_statement(f"self.{model} = model\n")])
+        model = self.give_model(wrapper.node, wrapper.init)
         moved = list(wrapper.block.body)[wrapper.start : wrapper.update]
         self.plan.step_statements.update(n for s in moved for n in self.facts.subtree(s, cst.BaseStatement))
         step_fn = self.plan.fresh("_step_fn")
@@ -417,6 +414,24 @@ class ScalerWrappers:
             )
         )
 
+    def give_model(self, node: cst.ClassDef, init: cst.FunctionDef) -> str:
+        """Plan ``__init__(..., *, model)`` storing the RoundPipe model on ``self``; return
+        the attribute holding it (``_model``, or ``_roundpipe_model`` where the class uses
+        that name already)."""
+        taken = {a.attr.value for a in m.findall(node, m.Attribute(value=m.Name("self"), attr=m.Name()))}  # type: ignore[attr-defined]
+        model = "_model" if "_model" not in taken else "_roundpipe_model"
+
+        def add_parameter(updated: cst.Parameters) -> cst.Parameters:
+            star = updated.star_arg if isinstance(updated.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
+            return updated.with_changes(
+                star_arg=star, kwonly_params=[*updated.kwonly_params, cst.Param(cst.Name("model"))]
+            )
+
+        self.plan.edits.replace_expression(init.params, add_parameter)
+        first = 1 if _is_docstring(list(init.body.body)[0]) else 0
+        self.plan.edits.insert_before(init.body, first, [cst.parse_statement(f"self.{model} = model\n")])
+        return model
+
     # ------------------------------------------------------------ emit: users
     def _plan_users(self, classes: Set[str]) -> Set[str]:
         """Plan every construction of the ``classes`` in this module and every call of the
@@ -446,6 +461,9 @@ class ScalerWrappers:
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_instance_call(parent)
+                elif isinstance(parent, cst.Attribute) and parent.attr.value == "backward":
+                    # `optimizer.backward(loss)` of an optimizer wrapper: the backward of its step
+                    self.plan.backward_statements.add(self.facts.statement_of(parent))
                 elif isinstance(parent, cst.Arg):
                     target = self.rules.parameter_fed_by(parent)
                     if target is not None:
@@ -500,6 +518,7 @@ class ScalerWrappers:
         if any(a.keyword is not None and a.keyword.value == "model" for a in call.args):
             return scope, name
         model = self._model_of_scope(call, scope)
+        order_handed_optimizer_writes(self, call, model)
         added = [("model", model)] + ([("is_async", "False")] if library and self.rules.exact else [])
 
         def build(updated: cst.Call) -> cst.Call:
