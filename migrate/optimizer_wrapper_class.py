@@ -47,9 +47,11 @@ import libcst.matchers as m
 from .names import SCALER_STATE_METHODS
 from .optimizer_writes import optimizer_writes
 from .plan import Blocked
-from .syntax import code, leading_lines, only_expression
+from .syntax import code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
+    from libcst.metadata import Scope
+
     from .scaler_wrapper import ScalerWrappers
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "plan_optimizer_wrapper",
     "is_optimizer_like",
     "order_handed_optimizer_writes",
+    "check_instance_uses",
 ]
 
 #: the methods that make a class holding a scaler an optimizer wrapper
@@ -292,15 +295,18 @@ class _Recogniser:
 
     def _check_not_handed_out(self, method: cst.FunctionDef, shared: Set[str]) -> None:
         """In the asynchronous form a main-thread method may read shared state after waiting
-        for the step, but not hand the object out (the caller would use it unordered)."""
+        for the step, but not hand an object of it out (``return self.optimizer``, ``return
+        self.optimizer.param_groups``): the caller would use it unordered with the step."""
         if self.wrappers.rules.exact:
             return
-        for returned in m.findall(method, m.Return(value=m.Attribute(value=m.Name("self"), attr=m.Name()))):
-            attribute = returned.value.attr.value  # type: ignore[attr-defined]
-            if attribute in shared:
+        for returned in self.facts.subtree(method, cst.Return):
+            value = returned.value
+            while isinstance(value, cst.Attribute) and not m.matches(value.value, m.Name("self")):
+                value = value.value
+            if isinstance(value, cst.Attribute) and value.attr.value in shared:
                 raise self.refuse(
                     returned,
-                    f"{method.name.value}() hands self.{attribute} out, which the asynchronous step uses; "
+                    f"{method.name.value}() hands `{code(returned.value)}` out, which the asynchronous step uses; "  # type: ignore[arg-type]
                     "callers would use it unordered with that step (run with --exact, or use it inside the class)",
                 )
 
@@ -466,3 +472,72 @@ def order_handed_optimizer_writes(wrappers: "ScalerWrappers", call: cst.Call, mo
         for write in writes:
             if facts.order(write) > facts.order(statement):
                 wrappers.plan.synchronize_before.append((write, model))
+
+
+def check_instance_uses(wrappers: "ScalerWrappers", classes: Set[str], defined: Dict[str, cst.ClassDef]) -> None:
+    """In the asynchronous form, code outside an optimizer wrapper reaches the shared state
+    only through its methods (which wait for the running step where needed): an instance of
+    one of the ``classes`` (built in this file, or fed to a parameter here by another file)
+    whose attribute is read or written other than by calling a method (``optimizer.optimizer
+    .param_groups``, ``optimizer.scaler``) is refused (RPM111), as that use would race with
+    the step; the class, when ``defined`` here, is reported too. Instances are followed into
+    the same-file functions they are handed to."""
+    if wrappers.rules.exact:
+        return
+    facts = wrappers.facts
+    instances: List[Tuple["Scope", str, Optional[str]]] = []  # scope, name, its class
+    for call in facts.subtree(facts.module, cst.Call):
+        small = only_assignment(facts.parent(facts.parent(call)))
+        if (
+            isinstance(call.func, cst.Name)
+            and call.func.value in classes
+            and small is not None
+            and small.value is call
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+        ):
+            scope = facts.scope(small)
+            if scope is not None:
+                instances.append((scope, small.targets[0].target.value, call.func.value))
+    for function in facts.subtree(facts.module, cst.FunctionDef):
+        for param in function.params.params:
+            if (function.name.value, param.name.value) in wrappers.context.optimizer_params and function.body.body:
+                scope = facts.scope(function.body.body[0])
+                if scope is not None:
+                    instances.append((scope, param.name.value, None))
+    seen: Set[Tuple[int, str]] = set()
+    while instances:
+        scope, name, owner = instances.pop()
+        if (id(scope), name) in seen:
+            continue
+        seen.add((id(scope), name))
+        for access in facts.accesses(name, scope):
+            parent = facts.parent(access)
+            if isinstance(parent, cst.Attribute) and parent.value is access:
+                called = facts.parent(parent)
+                if not (isinstance(called, cst.Call) and called.func is parent):
+                    _refuse_unordered_use(wrappers, parent, defined.get(owner or ""))
+            elif isinstance(parent, cst.Arg):
+                target = wrappers.rules.parameter_fed_by(parent)
+                if target is not None:
+                    instances.append((*target, owner))
+
+
+def _refuse_unordered_use(wrappers: "ScalerWrappers", use: cst.Attribute, owner: Optional[cst.ClassDef]) -> None:
+    """Raise the refusal of ``use``; record one for the class ``owner`` too, so that the
+    class's own lines name the blocker when the module holds both."""
+    if owner is not None:
+        wrappers.plan.blocked.append(
+            Blocked(
+                owner,
+                "RPM111",
+                f"optimizer wrapper {owner.name.value}: an instance is used outside its methods "
+                f"(`{code(use)}`, reported where it is used); not migrated",
+            )
+        )
+    raise Blocked(
+        use,
+        "RPM111",
+        f"`{code(use)}` uses the optimizer wrapper's state outside its methods; in the asynchronous form "
+        "that would race with the wrapper's step (use a method of the wrapper, or run with --exact); not migrated",
+    )

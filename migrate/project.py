@@ -550,6 +550,8 @@ def wrapper_contexts(
     classes: Dict[str, Set[str]] = {}
     built: Dict[str, Set[str]] = {}
     instance_params: Dict[str, Set[Tuple[str, str]]] = {}
+    optimizer_like: Dict[str, Set[str]] = {}
+    optimizer_params: Dict[str, Set[Tuple[str, str]]] = {}
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -559,8 +561,10 @@ def wrapper_contexts(
             continue
         if bound:
             classes[path] = set(bound)
+            optimizer_like[path] = {b for b, (t, d) in bound.items() if is_optimizer_like(_class(files[t], d))}
         built_from = _instances(project_file.tree, set(bound) | library)
         instances = set(built_from)
+        optimizer_instances = {n for n, c in built_from.items() if c in optimizer_like.get(path, ())}
         for name in set(built_from.values()) & set(bound):
             target, defined = bound[name]
             built.setdefault(target, set()).add(defined)
@@ -570,15 +574,18 @@ def wrapper_contexts(
                 continue
             params = [a.arg for a in function.args.args]
             for call in _calls_of(project_file.tree, name):
-                fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
-                fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
+                fed = _fed_params(call, params, instances)
                 instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
+                fed = _fed_params(call, params, optimizer_instances)
+                optimizer_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
     paths = set(classes) | set(built) | set(instance_params)
     return {
         path: WrapperContext(
             classes=frozenset(classes.get(path, ())),
             built_elsewhere=frozenset(built.get(path, ())),
             instance_params=frozenset(instance_params.get(path, ())),
+            optimizer_like=frozenset(optimizer_like.get(path, ())),
+            optimizer_params=frozenset(optimizer_params.get(path, ())),
         )
         for path in sorted(paths)
     }
@@ -653,6 +660,12 @@ def _dotted(node: ast.expr) -> Optional[str]:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return f"{node.value.id}.{node.attr}"
     return None
+
+
+def _fed_params(call: ast.Call, params: List[str], names: Set[str]) -> List[str]:
+    """The ``params`` of the callee that ``call`` gives one of ``names``."""
+    fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, names)]
+    return fed + [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, names)]
 
 
 def _is_name_in(node: ast.expr, names: Set[str]) -> bool:

@@ -60,6 +60,7 @@ from libcst.metadata import Assignment, Scope
 from .names import SCALER_STATE_METHODS
 from .optimizer_wrapper_class import (
     OptimizerWrapperClass,
+    check_instance_uses,
     order_handed_optimizer_writes,
     plan_optimizer_wrapper,
     recognise_optimizer_wrapper,
@@ -89,11 +90,14 @@ class WrapperContext:
     ``classes``: names bound in this file to wrapper classes of another file;
     ``built_elsewhere``: wrapper classes defined here and built in another file;
     ``instance_params``: ``(function, parameter)`` of this file that another file feeds a
-    wrapper instance."""
+    wrapper instance; ``optimizer_like`` and ``optimizer_params``: those of ``classes`` and
+    ``instance_params`` that are optimizer wrappers (:mod:`migrate.optimizer_wrapper_class`)."""
 
     classes: FrozenSet[str] = frozenset()
     built_elsewhere: FrozenSet[str] = frozenset()
     instance_params: FrozenSet[Tuple[str, str]] = frozenset()
+    optimizer_like: FrozenSet[str] = frozenset()  # of ``classes``: the optimizer wrappers
+    optimizer_params: FrozenSet[Tuple[str, str]] = frozenset()  # of ``instance_params``: fed one of those
 
 
 @dataclass
@@ -134,6 +138,8 @@ class ScalerWrappers:
             if found is not None:
                 wrappers[node.name.value] = found
         built = self._plan_users(set(wrappers) | set(self.context.classes))
+        defined = {n: w.node for n, w in wrappers.items() if isinstance(w, OptimizerWrapperClass)}
+        check_instance_uses(self, set(defined) | set(self.context.optimizer_like), defined)
         for name, wrapper in wrappers.items():
             kind = "loss-scaler" if isinstance(wrapper, WrapperClass) else "optimizer"
             if name not in built and name not in self.context.built_elsewhere:

@@ -362,7 +362,13 @@ def test_a_rebound_parameter_is_nonlocal_in_the_step_function():
         (
             "    def get_lr(self):\n",
             "    @property\n    def wrapped_optimizer(self):\n        return self.optimizer\n\n    def get_lr(self):\n",
-            "wrapped_optimizer() hands self.optimizer out, which the asynchronous step uses",
+            "wrapped_optimizer() hands `self.optimizer` out, which the asynchronous step uses",
+        ),
+        (
+            "    def get_lr(self):\n",
+            "    @property\n    def param_groups(self):\n        return self.optimizer.param_groups\n\n"
+            "    def get_lr(self):\n",
+            "param_groups() hands `self.optimizer.param_groups` out",
         ),
         (
             "        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)  # the unscaled norm\n",
@@ -408,3 +414,54 @@ def test_a_trainer_class_without_an_optimizers_interface_is_a_split_step_not_a_w
     assert [d.code for d in result.diagnostics] == ["RPM108"]
     assert "optimizer wrapper" not in result.diagnostics[0].message
     assert "not built on `model.parameters()`" in result.diagnostics[0].message
+
+
+def test_an_instance_used_outside_its_methods_is_refused_without_exact():
+    source = FAIRSEQ_LIKE.replace(
+        "        optimizer.step()\n",
+        '        optimizer.step()\n        optimizer.optimizer.param_groups[0]["lr"] *= 0.9\n',
+    )
+    result = migrate_source(source, "train.py")
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == ["RPM111", "RPM111"]  # the class, and the use
+    assert "an instance is used outside its methods (`optimizer.optimizer`" in result.diagnostics[0].message
+    assert "`optimizer.optimizer` uses the optimizer wrapper's state" in result.diagnostics[1].message
+    assert migrate_source(source, "train.py", exact=True).status == "migrated"  # every step waited for
+
+
+def test_an_instance_used_outside_its_methods_in_another_file_refuses_both_files(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "amp_optimizer.py").write_text((PROJECT / "amp_optimizer.py").read_text())
+    main = (PROJECT / "main.py").read_text()
+    main = main.replace(
+        "    optimizer.step()\n", '    optimizer.step()\n    optimizer.fp32_optimizer.param_groups[0]["lr"] *= 0.9\n'
+    )
+    (project / "main.py").write_text(main)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(["-o", str(tmp_path / "out"), str(project)])
+    assert code == 1 and not list((tmp_path / "out").rglob("*.py"))
+    text = err.getvalue()
+    assert "main.py:26:5: RPM111 `optimizer.fp32_optimizer` uses the optimizer wrapper's state" in text
+    assert "amp_optimizer.py:6:1: RPM111 optimizer wrapper AMPOptimizer: an instance is used outside" in text
+
+
+HANDED_SCALER_USER = """
+
+def main(model):
+    scaler = torch.amp.GradScaler("cpu")
+    return AMPOptimizer(model.parameters(), 1e-3, scaler)
+"""
+
+
+def test_a_wrapper_handed_its_scaler_is_refused_naming_the_methods():
+    source = (PROJECT / "amp_optimizer.py").read_text().replace("init_scale=2.0**7, scale_window=2):", "scaler):")
+    source = re.sub(r"self._grad_scaler = torch.amp.GradScaler\(.*\)\n", "self._grad_scaler = scaler\n", source)
+    source += HANDED_SCALER_USER
+    assert "self._grad_scaler = scaler\n" in source
+    result = migrate_source(source, "amp_optimizer.py")
+    assert [d.code for d in result.diagnostics] == ["RPM106"]
+    message = result.diagnostics[0].message
+    assert "backward(), then clip_grad_norm() (unscales), step() (steps through self._grad_scaler)" in message
+    assert "is handed its scaler from outside" in message

@@ -87,8 +87,8 @@ RULE = Rule(
     order=48,
     description="an optimizer wrapper class owning the GradScaler (fairseq's AMP optimizers) migrates with "
     "every file that builds it; each method keeps its interface and is migrated by what it does",
-    codes=("RPM111",),
-    implemented_in=("optimizer_wrapper_class.py", "scaler_wrapper.py", "project.py"),
+    codes=("RPM106", "RPM111"),
+    implemented_in=("optimizer_wrapper_class.py", "optimizer_wrappers.py", "scaler_wrapper.py", "project.py"),
     patterns=(
         Pattern(
             "a class holding `self.scaler = GradScaler(...)` next to the optimizer it wraps, behind an optimizer's "
@@ -122,13 +122,17 @@ RULE = Rule(
             "form) the optimizer out, a gradient method that calls another method of the wrapper, is decorated, "
             "returns early or runs `update()` anywhere but at its end, `scaler.step` given more than the "
             "optimizer (a closure), a backward with `create_graph=True` or other arguments than `retain_graph`, "
-            "a `zero_grad` that touches `.grad` itself",
-            "refused (RPM111, naming the method and why); the files using the class are refused with it",
+            "a `zero_grad` that touches `.grad` itself, an instance used other than through its methods "
+            "(asynchronous form); a wrapper handed its scaler from outside (`self.scaler = scaler`)",
+            "refused (RPM111, naming the method and why; RPM106 for a scaler handed in, which other code may "
+            "use too); the files using the class are refused with it",
             "带有其他写法的优化器包装类：有基类、某个方法把缩放器或（异步形式下）优化器交出去、处理梯度的方法调用"
             "包装类的其他方法、带装饰器、提前返回或在末尾以外的地方调用 `update()`、`scaler.step` 除优化器外还有"
             "其他参数（closure）、反向传播带 `create_graph=True` 或除 `retain_graph` 之外的参数、`zero_grad` "
-            "自己操作 `.grad`",
-            "拒绝迁移（RPM111，指出是哪个方法以及原因）；使用该类的文件一并拒绝",
+            "自己操作 `.grad`、（异步形式下）不通过方法而直接使用实例的属性；从外部传入缩放器的包装类"
+            "（`self.scaler = scaler`）",
+            "拒绝迁移（RPM111，指出是哪个方法以及原因；缩放器从外部传入时报告 RPM106，因为其他代码也可能使用它）；"
+            "使用该类的文件一并拒绝",
         ),
     ),
     examples=(
@@ -170,6 +174,15 @@ RULE = Rule(
         Example(
             _WRAPPER.replace("self.scaler.step(self.optimizer)", "self.scaler.step(self.optimizer, closure)"),
             codes=("RPM111",),
+        ),
+        Example(
+            _WRAPPER.replace("    def __init__(self, params, lr):", "    def __init__(self, params, lr, scaler):")
+            .replace('        self.scaler = torch.amp.GradScaler("cuda")\n', "        self.scaler = scaler\n")
+            .replace(
+                "    optimizer = AmpOptimizer(model.parameters(), lr=1e-3)\n",
+                '    scaler = torch.amp.GradScaler("cuda")\n    optimizer = AmpOptimizer(model.parameters(), 1e-3, scaler)\n',
+            ),
+            codes=("RPM106",),
         ),
         Example(  # near-miss: an fp32 optimizer wrapper, no scaler
             _WRAPPER.replace('        self.scaler = torch.amp.GradScaler("cuda")\n', "        # no GradScaler here\n")
