@@ -30,9 +30,13 @@ Each method is migrated by what it does, so the interface and the call order sta
   are ordered after it.
 
 ``__init__`` takes the RoundPipe model as the keyword-only ``model`` argument and the scaler
-becomes ``roundpipe.GradScaler`` (done by :class:`migrate.scaler_wrapper.ScalerWrappers`, which
-also rewrites every construction and follows the instances). What the class does beyond that
-is refused precisely (RPM111, naming the method and why). Pure source analysis.
+becomes ``roundpipe.GradScaler``. :class:`migrate.scaler_wrapper.ScalerWrappers` finds the
+classes, rewrites every construction (``Wrapper(model.optim_parameters(), ..., model=model)``)
+and follows the instances; in the asynchronous form, the caller's writes of an optimizer it
+handed to the wrapper wait for the step (:func:`order_handed_optimizer_writes`), and an
+instance used other than through its methods is refused (:func:`check_instance_uses`). What
+the class does beyond this is refused precisely (RPM111, naming the method and why). Pure
+source analysis.
 """
 
 from __future__ import annotations
@@ -131,12 +135,18 @@ def recognise_optimizer_wrapper(wrappers: "ScalerWrappers", node: cst.ClassDef) 
 class _Recogniser:
     """Classifies the methods of one candidate class (see the module docstring)."""
 
-    def __init__(self, wrappers: "ScalerWrappers", node: cst.ClassDef, methods, stored) -> None:
+    def __init__(
+        self,
+        wrappers: "ScalerWrappers",
+        node: cst.ClassDef,
+        methods: Dict[str, cst.FunctionDef],
+        stored: List[Tuple[str, cst.Call]],
+    ) -> None:
         self.wrappers = wrappers
         self.facts = wrappers.facts
         self.node = node
-        self.methods: Dict[str, cst.FunctionDef] = methods
-        self.stored: List[Tuple[str, cst.Call]] = stored
+        self.methods = methods  # name -> the method
+        self.stored = stored  # (attribute, GradScaler call) of each `self.<attribute> = GradScaler(...)`
         self.name = node.name.value
 
     def refuse(self, at: cst.CSTNode, why: str) -> Blocked:
