@@ -703,7 +703,7 @@ def _name_wrapper_users(
                         1,
                         "RPM111",
                         (
-                            f"uses the loss-scaler wrapper {used[0]} ({edge.target}:{line}), which the "
+                            f"uses the wrapper class {used[0]} ({edge.target}:{line}), which the "
                             "migration does not rewrite; migrate its training step by hand"
                         ),
                     )

@@ -45,7 +45,10 @@ as for every wrapped model).
 
 A class that holds a GradScaler on ``self`` and defines ``__call__`` but does anything else
 is refused precisely (RPM111). A class already in this form (``roundpipe.GradScaler``) is
-left alone. Pure source analysis: never imports torch.
+left alone. Optimizer wrapper classes (no ``__call__``; ``backward``/``step``/``zero_grad``
+methods, fairseq's shape) are recognised and planned by :mod:`migrate.optimizer_wrapper_class`;
+their constructions and instances are handled here like a loss-scaler wrapper's. Pure source
+analysis: never imports torch.
 """
 
 from __future__ import annotations
