@@ -171,7 +171,7 @@ class _Recogniser:
         zero_grad = self.methods["zero_grad"]
         constructors = tuple(c for _, c in self.stored)
         wrapper = OptimizerWrapperClass(self.node, scaler, optimizer, constructors, init, zero_grad)
-        backward_methods = []
+        backward_methods, others = [], []
         for method in self.methods.values():
             if method is init:
                 continue
@@ -180,6 +180,16 @@ class _Recogniser:
                 wrapper.gradient_methods.append(self._gradient_method(method, scaler))
             elif kind == "backward":
                 backward_methods.append(method)
+            else:
+                others.append(method)
+        # the parameters the optimizer steps: a method handing them to a helper (a grad-norm
+        # function) or looping over them may read their gradients, which exist on the
+        # optimizer copies only inside a step: it runs in one too
+        parameters = _handed_attributes([init, *(g.node for g in wrapper.gradient_methods)]) - {scaler, optimizer}
+        for method in others:
+            if method is not zero_grad and parameters & _handed_attributes([method]):
+                wrapper.gradient_methods.append(self._gradient_method(method, scaler))
+        wrapper.gradient_methods.sort(key=lambda g: self.facts.order(g.node))  # generated names in source order
         if not backward_methods:
             raise self.refuse(self.methods["backward"], f"no method runs `self.{scaler}.scale(loss).backward()`")
         shared = {a for g in wrapper.gradient_methods for a in _self_attributes(g.node)} - {scaler}
@@ -271,7 +281,7 @@ class _Recogniser:
         if trailing_return:
             returned = last.body[0].value  # type: ignore[union-attr]
         moved = statements[:-1] if updates or trailing_return else statements
-        if not moved:
+        if not moved and (returned is None or m.matches(returned, m.Name("None"))):
             raise self.refuse(method, f"{name}() has no work for a step function")
         for update in self._scaler_calls(method, scaler, "update"):
             if not updates or not self.facts.within(update, last) or update.args:  # type: ignore[arg-type]
@@ -433,6 +443,18 @@ def _result_name(method: GradientMethod) -> str:
     while name in used:
         name, counter = f"result_{counter}", counter + 1
     return name
+
+
+def _handed_attributes(roots: List[cst.FunctionDef]) -> Set[str]:
+    """The attributes of ``self`` that the ``roots`` hand to a call as a whole (``f(self.params)``)
+    or loop over (``for p in self.params``, also in comprehensions)."""
+    found: Set[str] = set()
+    pattern = m.Attribute(value=m.Name("self"), attr=m.Name())
+    for root in roots:
+        for node in m.findall(root, m.Arg(value=pattern) | m.For(iter=pattern) | m.CompFor(iter=pattern)):
+            held = cst.ensure_type(node.value if isinstance(node, cst.Arg) else node.iter, cst.Attribute)  # type: ignore[attr-defined]
+            found.add(held.attr.value)
+    return found
 
 
 def _self_attributes(root: cst.CSTNode) -> Set[str]:

@@ -153,11 +153,16 @@ if __name__ == "__main__":
     main()
 """
 
-# A norm measured without clipping (max_norm=inf) and returned from an expression, the
-# scaler's state loaded from a checkpoint of the wrapper, clip_grad_norm skipped on some steps.
+# A norm measured without clipping (max_norm=inf) and returned from an expression, a method
+# handing the parameters to a grad-norm helper (it reads gradients: a step too), the scaler's
+# state loaded from a checkpoint of the wrapper, clip_grad_norm skipped on some steps.
 NORM_ONLY = """import math
 
 import torch
+
+
+def scaled_grad_norm(parameters):
+    return torch.norm(torch.stack([p.grad.detach().norm() for p in parameters if p.grad is not None]))
 
 
 class ScaledOptimizer:
@@ -172,6 +177,9 @@ class ScaledOptimizer:
     def clip_grad_norm(self, max_norm):
         self.grad_scaler.unscale_(self.optimizer)
         return torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else math.inf).item()
+
+    def scaled_norm(self):
+        return scaled_grad_norm(self.params)
 
     def step(self):
         self.grad_scaler.step(self.optimizer)
@@ -201,9 +209,10 @@ def main():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = torch.nn.functional.mse_loss(model(x).float(), y)
         optimizer.backward(loss)
+        scaled = optimizer.scaled_norm()
         norm = optimizer.clip_grad_norm(0.0) if it % 3 else None
         optimizer.step()
-        print(f"step {it} loss {loss.item()!r} norm {norm!r}")
+        print(f"step {it} loss {loss.item()!r} norm {norm!r} scaled {scaled.item()!r}")
     print(f"final scale {optimizer.state_dict()['scaler']['scale']!r}")
 
 
@@ -304,6 +313,14 @@ def test_a_returned_bare_value_stays_after_the_step():
     )
     text = migrate_source(source, "train.py").migrated
     assert "                    p.grad.mul_(c)\n\n        self._model.step(_step_fn)\n        return None\n" in text
+
+
+def test_a_method_handing_the_parameters_to_a_helper_runs_in_a_step():
+    text = migrate_source(NORM_ONLY, "train.py").migrated
+    assert (
+        "    def scaled_norm(self):\n        result = None\n\n        def _step_fn_2():\n            nonlocal result\n"
+        "            result = scaled_grad_norm(self.params)\n\n        self._model.step(_step_fn_2, is_async=False)\n"
+    ) in text
 
 
 def test_a_rebound_parameter_is_nonlocal_in_the_step_function():

@@ -98,7 +98,8 @@ RULE = Rule(
             "`get_lr`/`set_lr`, `state_dict`/`load_state_dict` with the scaler's state under a key",
             "the class keeps its interface: `__init__` takes the RoundPipe model as a keyword-only `model` "
             "argument and the scaler becomes `roundpipe.GradScaler`; `backward` stays on the caller's thread as "
-            "written (autograd form); each gradient method's body becomes a `_step_fn` for its own "
+            "written (autograd form); each gradient method (also one handing the optimizer's parameters to a helper "
+            "or looping over them, as a grad-norm method does) has its body become a `_step_fn` for its own "
             "`self._model.step` (waited for with `--exact`, and always when the method returns a value, e.g. the "
             "norm, which it returns after the step), `update()` staying after it; `zero_grad` also clears the "
             "model's gradients; in the asynchronous form the other methods that touch the optimizer wait for the "
@@ -110,8 +111,8 @@ RULE = Rule(
             "（`multiply_grads(c)`、返回范数的 `clip_grad_norm(c)`、以 `self.scaler.update()` 结尾的 `step()`）、"
             "`zero_grad()`、`get_lr`/`set_lr`，以及把缩放器状态存在某个键下的 `state_dict`/`load_state_dict`",
             "该类保持接口不变：`__init__` 以仅限关键字的参数 `model` 接收 RoundPipe 模型，缩放器改为 "
-            "`roundpipe.GradScaler`；`backward` 按原样留在调用方线程上（autograd 形式）；每个处理梯度的方法的函数体"
-            "变为 `_step_fn`，交给它自己的 `self._model.step`（使用 `--exact` 时同步等待；方法返回值（如范数）时也"
+            "`roundpipe.GradScaler`；`backward` 按原样留在调用方线程上（autograd 形式）；每个处理梯度的方法（包括把优化器的"
+            "参数交给辅助函数或对其循环的方法，例如计算梯度范数的方法）的函数体变为 `_step_fn`，交给它自己的 `self._model.step`（使用 `--exact` 时同步等待；方法返回值（如范数）时也"
             "总是等待，并在步骤之后返回该值），`update()` 留在其后；`zero_grad` 同时清除模型的梯度；异步形式下，"
             "其他访问优化器的方法先等待正在运行的步骤（`self._model.synchronize()`），调用方对交给包装类的优化器"
             "的写操作也同样等待；在构造包装类的地方，模型被包装，交给它的参数或优化器改为基于 "
