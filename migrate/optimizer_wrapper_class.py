@@ -182,10 +182,10 @@ class _Recogniser:
                 backward_methods.append(method)
             else:
                 others.append(method)
-        # the parameters the optimizer steps: a method handing them to a helper (a grad-norm
-        # function) or looping over them may read their gradients, which exist on the
-        # optimizer copies only inside a step: it runs in one too
-        parameters = _handed_attributes([init, *(g.node for g in wrapper.gradient_methods)]) - {scaler, optimizer}
+        # the optimizer and the parameters it steps: a method handing them to a helper (a
+        # grad-norm function) or looping over them may read their gradients, which exist on
+        # the optimizer copies only inside a step: it runs in one too
+        parameters = _handed_attributes([init, *(g.node for g in wrapper.gradient_methods)]) - {scaler}
         for method in others:
             if method is not zero_grad and parameters & _handed_attributes([method]):
                 wrapper.gradient_methods.append(self._gradient_method(method, scaler))
