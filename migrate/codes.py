@@ -86,11 +86,10 @@ _CODES: Tuple[Code, ...] = (
         "attribute, follows the backward in its block, in an `if` after it, or after the loop of "
         "micro-steps that ends with it; nor, when the backward ends its function or method, does "
         "exactly one other method of the class family or one other function handed the same "
-        "scaler hold the step (an optimizer wrapper's methods called in turn are not one step)",
+        "scaler hold the step",
         "the rewrite is built from the step that consumes the backward's gradients; a step it "
         "cannot pair with the backward is not followed",
-        "`optimizer.backward(loss)`, `optimizer.clip_grad_norm(c)`, `optimizer.step()` of a "
-        "fairseq-style optimizer wrapper",
+        "`scaler.scale(loss).backward()` in a helper whose callers never step that scaler",
         "put `scaler.step(optimizer)` and `scaler.update()` after the backward in the same block, or migrate by hand",
     ),
     Code(
@@ -125,14 +124,16 @@ _CODES: Tuple[Code, ...] = (
     Code(
         "RPM111",
         "scaler-wrapper",
-        "loss-scaler wrapper class not migrated",
+        "loss-scaler or optimizer wrapper class not migrated",
         "a class holding a GradScaler on `self` with a `__call__` (timm's `NativeScaler` shape) that is not "
         "the recognised one, built where no optimizer on `model.parameters()` is built, or called with "
-        "`parameters=` that are not `model.parameters()`; or a file calling a wrapper class of another "
-        "given file that is not migrated (an optimizer-like wrapper with `backward`/`step` methods)",
+        "`parameters=` that are not `model.parameters()`; an optimizer wrapper (the GradScaler next to the "
+        "optimizer behind `backward`/`step`/`zero_grad` methods, fairseq's shape) with a method the "
+        "migration does not handle, named in the message; or a file calling a wrapper class of another "
+        "given file that is not migrated",
         "the wrapper and every file that builds or calls it change together, or none of them",
         "`loss_scaler(loss, optimizer, parameters=model.parameters())`",
-        'bring the wrapper to the shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',
+        'bring the wrapper to a shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',
     ),
     Code(
         "RPM113",
