@@ -145,9 +145,11 @@ class OptimizerCopies:
         """Give buffers from :meth:`release_grads` back to the model, once that step is done.
 
         Main thread. A buffer goes back only to a model parameter of this module that has
-        no gradient. The next backward then accumulates into it in place (``0 + g``, as
-        after torch's ``zero_grad(set_to_none=False)``), so the same memory serves every
-        iteration instead of being freed and allocated (and first touched) again.
+        no gradient, so after a step the model's ``param.grad`` reads zero, as after torch's
+        ``zero_grad(set_to_none=False)``. A backward inside ``forward_backward`` frees the
+        buffer and stores its own gradient (:meth:`backward_stores_gradients`); any other
+        backward, or one whose buffer the caller holds or has written, accumulates into it
+        in place (``0 + g``).
         """
         if not released or self._copy_of is None:
             return
