@@ -216,7 +216,7 @@ class GradScaler(torch.amp.GradScaler):
         self._records: List[_Iteration] = [self._current]
         self._catch_up_through: Optional[int] = None
         if self._enabled:
-            optim_stream.add_launch_hook(self._before_optimizer_launch)
+            optim_stream.add_launch_hook(self, type(self)._before_optimizer_launch)
 
     # ------------------------------------------------------------------ thread plumbing
     def _caller_iteration(self) -> _Iteration:
