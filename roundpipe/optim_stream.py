@@ -588,7 +588,7 @@ def current_job() -> Optional[Job]:
     running = stream._running
     if running is None:  # no job anywhere: not in one
         return None
-    return running if stream.is_worker() else None
+    return running if getattr(stream._local, "is_worker", False) else None  # is_worker()
 
 
 def launched_seq() -> int:
