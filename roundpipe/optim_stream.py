@@ -613,8 +613,9 @@ def add_launch_hook(owner: Any, hook: Callable[[Any], None]) -> None:
     :func:`call`, while ``owner`` lives.
 
     ``owner`` is held by weak reference (it may be garbage collected; its hook then stops).
-    An exception from a hook propagates to the launcher and nothing is queued. The GradScaler uses this to settle a
-    deferred scale update before optimizer work that will need the new scale is queued.
+    An exception from a hook propagates to the launcher and nothing is queued. The
+    GradScaler uses this to settle a deferred scale update before optimizer work that will
+    need the new scale is queued.
     """
     global _LAUNCH_HOOKS
     with _STREAM_LOCK:
