@@ -8,9 +8,10 @@ parameter): the model is wrapped, and the optimizer built on its copies, where t
 builds them, and the trainer's step sees that model as ``self.model``.
 
 Followed only when the module shows every construction: the parameter is read once in
-``__init__``, by the attribute's one binding ``self.x = param``; the class is called by its
-name only (no alias, no subclass of it built, no other use of the name but as a base); and
-every construction passes the parameter as a plain name or a call.
+``__init__``, by the attribute's one binding ``self.x = param``; the classes are called by
+their names only (no alias, no other use of a name but as a base), a subclass handing the
+value on through ``super().__init__(...)`` (:mod:`migrate.inherited_init`); and every
+construction passes the parameter as a plain name or a call.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import re
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 from .attributes import InstanceFamily, wrapped
-from .names import argument_for
+from .inherited_init import forwarding_reads, handed_arguments
 from .plan import Binding, Blocked
-from .syntax import code
+from .syntax import code, only_expression
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
@@ -34,8 +36,6 @@ __all__ = [
     "HANDED_NOTE",
     "attribute_fed",
     "constructed_init",
-    "constructions",
-    "constructor_argument",
     "constructor_parameter",
     "handed_model",
     "handed_note",
@@ -65,12 +65,18 @@ def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tu
 
 
 def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
-    """The model's parameter is read in ``__init__`` by its attribute's binding only (any
-    other use, ``self.ema = copy.deepcopy(model)``, would hold the model unfollowed)."""
+    """The model's parameter is read in ``__init__`` (and, where subclasses hand it on, in
+    theirs) by its attribute's binding and the forwards only, besides mode switches
+    (``model.train()``) and ``isinstance`` tests, which mean the same for the wrapped
+    model; any other use (``self.ema = copy.deepcopy(model)``) would hold the model
+    unfollowed."""
     value = binding.value
     scope = facts.scope(value) if isinstance(value, cst.Name) else None
     reads = facts.accesses(value.value, scope) if isinstance(value, cst.Name) and scope is not None else []
-    other = next((read for read in reads if read is not value), None)
+    handed = constructor_parameter(facts, binding)
+    if handed is not None:
+        reads = [*reads, *forwarding_reads(facts, binding.scope, *handed)]  # type: ignore[arg-type]
+    other = next((read for read in reads if read is not value and not _same_when_wrapped(facts, read)), None)
     if other is not None:
         raise Blocked(
             other,
@@ -81,41 +87,20 @@ def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
         )
 
 
-def constructions(facts: "ModuleFacts", family: InstanceFamily, init: cst.FunctionDef) -> List[cst.Call]:
-    """Every ``Class(...)`` of the class defining ``init``; :class:`Blocked` when the module
-    builds an instance in a way not shown (another class of the family built, the class
-    name used as a value) or builds none."""
-    block = facts.parent(init)
-    owner = facts.parent(block) if block is not None else None
-    assert isinstance(owner, cst.ClassDef)
-    sites: List[cst.Call] = []
-    for cls in family.classes:
-        scope = facts.scope(cls)
-        for access in facts.accesses(cls.name.value, scope) if scope is not None else ():
-            parent = facts.parent(access)
-            if isinstance(parent, cst.Arg) and isinstance(facts.parent(parent), cst.ClassDef):
-                continue  # a base of a class of the family
-            if cls is owner and isinstance(parent, cst.Call) and parent.func is access:
-                sites.append(parent)
-                continue
-            raise Blocked(
-                access,
-                _CODE,
-                f"`{code(facts.statement_of(access)).strip()}` builds or names {cls.name.value} other than by "
-                f"`{owner.name.value}(...)`, so what its __init__ is handed cannot be followed; left untouched",
-            )
-    if not sites:
-        raise Blocked(
-            init,
-            _CODE,
-            f"{owner.name.value}() is not built in this file; what it is handed cannot be followed",
-        )
-    return sites
-
-
-def constructor_argument(call: cst.Call, init: cst.FunctionDef, param: str) -> Optional[cst.BaseExpression]:
-    """What ``call`` (``Class(...)``) passes for ``param`` of ``init`` (``self`` skipped)."""
-    return argument_for(call, init, param, skipped=1)
+def _same_when_wrapped(facts: "ModuleFacts", read: cst.Name) -> bool:
+    """``read`` is ``model`` in a statement ``model.train()``/``model.eval()`` or an
+    argument of ``isinstance(model, ...)``: the same for the RoundPipe-wrapped model."""
+    parent = facts.parent(read)
+    if isinstance(parent, cst.Arg):
+        call = facts.parent(parent)
+        return isinstance(call, cst.Call) and m.matches(call.func, m.Name("isinstance")) and call.args[0] is parent
+    call = facts.parent(parent) if parent is not None else None
+    return (
+        isinstance(parent, cst.Attribute)
+        and parent.attr.value in ("train", "eval")
+        and isinstance(call, cst.Call)
+        and only_expression(facts.statement_of(read)) is call
+    )
 
 
 def attribute_fed(
@@ -138,7 +123,7 @@ def attribute_fed(
     family = _family_of_method(rules, method)
     if family is None:
         return None
-    for init in (m for m in family.methods if m.name.value == "__init__"):
+    for init in (method for method in family.methods if method.name.value == "__init__"):
         for statement in init.body.body:
             target = _attribute_target(statement)
             if target is None:
@@ -246,8 +231,7 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
         return True
     plan.wrapped_optimizers.add(id(built.statement))
     config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
-    for site in constructions(facts, family, init):
-        passed = constructor_argument(site, init, param)
+    for site, passed in handed_arguments(facts, family, init, param):
         statement = facts.statement_of(site)
         block = facts.parent(statement)
         if isinstance(passed, cst.Call):

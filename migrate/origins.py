@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
-from .handed_in import constructions, constructor_argument, constructor_parameter
+from .handed_in import constructor_parameter
+from .inherited_init import handed_arguments
 from .names import argument_for
 from .plan import Binding, Blocked
 from .syntax import only_assignment
@@ -61,9 +62,9 @@ def _through_constructions(
     rules: "TorchAmpRules", binding: Binding, init: cst.FunctionDef, param: str, depth: int
 ) -> List[Binding]:
     """The origins of an attribute bound from ``init``'s ``param``: what every
-    construction of the class passes for it (:mod:`migrate.handed_in`)."""
-    sites = constructions(rules.facts, binding.scope, init)  # type: ignore[arg-type]
-    return _passed(rules, param, [(site, constructor_argument(site, init, param)) for site in sites], depth)
+    construction of the class (or of a subclass handing it on) passes for it
+    (:mod:`migrate.handed_in`, :mod:`migrate.inherited_init`)."""
+    return _passed(rules, param, handed_arguments(rules.facts, binding.scope, init, param), depth)  # type: ignore[arg-type]
 
 
 def _passed(
