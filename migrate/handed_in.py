@@ -23,7 +23,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .attributes import InstanceFamily, wrapped
-from .inherited_init import forwarding_reads, handed_arguments
+from .inherited_init import ForwardBlocked, forwarding_reads, handed_arguments
 from .plan import Binding, Blocked
 from .syntax import code, only_expression
 
@@ -108,7 +108,8 @@ def attribute_fed(
 ) -> Optional[Tuple[str, cst.FunctionDef]]:
     """The instance attribute (``self.model``, spelled as in the method around ``at``)
     handed what ``name`` of ``scope`` holds at every construction, with the ``__init__``
-    that binds it; None when none is."""
+    that binds it; None when none is. Raises the first :class:`ForwardBlocked` met when
+    none is: a subclass's ``super().__init__(...)`` that may hand the base that object."""
     from .origins import origins
 
     facts = rules.facts
@@ -123,6 +124,7 @@ def attribute_fed(
     family = _family_of_method(rules, method)
     if family is None:
         return None
+    forward: Optional[ForwardBlocked] = None
     for init in (method for method in family.methods if method.name.value == "__init__"):
         for statement in init.body.body:
             target = _attribute_target(statement)
@@ -130,10 +132,15 @@ def attribute_fed(
                 continue
             try:
                 reached = origins(rules, f"{family.methods[init]}.{target}", statement)
+            except ForwardBlocked as blocked:
+                forward = forward or blocked
+                continue
             except Blocked:
                 continue
             if any(o.name == name and o.scope is scope for o in reached):
                 return f"{receiver}.{target}", init
+    if forward is not None:
+        raise forward  # a subclass hands the base something the migration cannot follow
     return None
 
 

@@ -40,12 +40,16 @@ if TYPE_CHECKING:
     from .attributes import InstanceFamily
     from .names import ModuleFacts
 
-__all__ = ["Lineages", "built_class", "constructions", "forwarding_reads", "handed_arguments"]
+__all__ = ["ForwardBlocked", "Lineages", "built_class", "constructions", "forwarding_reads", "handed_arguments"]
 
 _CODE = "RPM108"
 #: A base the module does not define: its ``__init__`` is not shown (``object``'s is empty).
 _Library = str
 _Entry = Union[cst.ClassDef, _Library]
+
+
+class ForwardBlocked(Blocked):
+    """What a subclass's ``__init__`` hands on to its base's cannot be followed."""
 
 
 def handed_arguments(
@@ -165,7 +169,7 @@ class Lineages:
         named = self._local(cst.ensure_type(call.func, cst.Attribute).value)
         index = next((i for i, entry in enumerate(order) if entry is named), None)
         if named is None or index is None or self.order(named, site) != order[index:]:
-            raise Blocked(
+            raise ForwardBlocked(
                 call,
                 _CODE,
                 f"`{code(call)}` calls an __init__ other than the next one of `{code(site)}`'s classes, "
@@ -181,7 +185,7 @@ class Lineages:
             if isinstance(entry, str):
                 if entry == "object":
                     continue
-                raise Blocked(
+                raise ForwardBlocked(
                     site,
                     _CODE,
                     f"`{code(site)}` runs the __init__ of `{entry}`, a class this file does not define, "
@@ -251,7 +255,7 @@ def _forward_call(facts: "ModuleFacts", method: cst.FunctionDef) -> Optional[Tup
     call = calls[0]
     statement = facts.statement_of(call)
     if len(calls) > 1 or facts.parent(statement) is not method.body or only_expression(statement) is not call:
-        raise Blocked(
+        raise ForwardBlocked(
             call,
             _CODE,
             f"`{code(statement).strip()}` hands on to the base class's __init__ other than once, as a "
@@ -261,7 +265,7 @@ def _forward_call(facts: "ModuleFacts", method: cst.FunctionDef) -> Optional[Tup
     receiver = cst.ensure_type(call.func, cst.Attribute).value
     started = receiver.args if isinstance(receiver, cst.Call) else ()
     if started and not (isinstance(owner, cst.ClassDef) and m.matches(started[0].value, m.Name(owner.name.value))):
-        raise Blocked(
+        raise ForwardBlocked(
             call,
             _CODE,
             f"`{code(call)}` starts the lookup after another class than its own, so what the base "
@@ -323,7 +327,7 @@ def _passed(
     scope = facts.scope(call)
     bindings = list(scope[value.value]) if isinstance(value, cst.Name) and scope is not None else []
     if not (isinstance(value, cst.Name) and value.value in names and len(bindings) == 1):
-        raise Blocked(
+        raise ForwardBlocked(
             call,
             _CODE,
             f"`{code(call)}` hands `{code(value)}` to the base class's `{param}`, which is not a parameter "
