@@ -43,6 +43,14 @@ __all__ = [
 ]
 
 _CODE = "RPM108"
+#: torch's data-parallel wrappers: a RoundPipe model is neither.
+_PARALLEL = {
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
 #: Finds the class named by :func:`handed_note` in a rewrite's description.
 HANDED_NOTE = re.compile(r"handed to (\w+)\(\) at each of its constructions here")
 
@@ -81,19 +89,22 @@ def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
         raise Blocked(
             other,
             _CODE,
-            f"`{code(facts.statement_of(other)).strip()}` uses `{code(other)}`, the model handed to the "
-            f"constructor, besides `{binding.name} = {code(other)}`; the object it holds cannot be "
+            f"`{code(facts.statement_of(other)).strip().splitlines()[0]}` uses `{code(other)}`, the model "
+            f"handed to the constructor, besides `{binding.name} = {code(other)}`; the object it holds cannot be "
             "followed; left untouched",
         )
 
 
 def _same_when_wrapped(facts: "ModuleFacts", read: cst.Name) -> bool:
-    """``read`` is ``model`` in a statement ``model.train()``/``model.eval()`` or an
-    argument of ``isinstance(model, ...)``: the same for the RoundPipe-wrapped model."""
+    """``read`` is ``model`` in a statement ``model.train()``/``model.eval()``, in a test
+    ``isinstance(model, DistributedDataParallel)`` (or ``DataParallel``, or a tuple of
+    them), or in the body of an ``if`` with that test: the same for the RoundPipe-wrapped
+    model, which is neither (detectron2's AMPTrainer asserts it)."""
     parent = facts.parent(read)
     if isinstance(parent, cst.Arg):
-        call = facts.parent(parent)
-        return isinstance(call, cst.Call) and m.matches(call.func, m.Name("isinstance")) and call.args[0] is parent
+        return _parallel_test(facts, facts.parent(parent), read)
+    if any(isinstance(a, cst.If) and _parallel_test(facts, a.test, None) for a in facts.ancestors(read)):
+        return True
     call = facts.parent(parent) if parent is not None else None
     return (
         isinstance(parent, cst.Attribute)
@@ -101,6 +112,17 @@ def _same_when_wrapped(facts: "ModuleFacts", read: cst.Name) -> bool:
         and isinstance(call, cst.Call)
         and only_expression(facts.statement_of(read)) is call
     )
+
+
+def _parallel_test(facts: "ModuleFacts", node: Optional[cst.CSTNode], tested: Optional[cst.Name]) -> bool:
+    """``node`` is ``isinstance(x, <torch's data-parallel wrappers>)`` (of ``tested`` when given)."""
+    if not (isinstance(node, cst.Call) and m.matches(node.func, m.Name("isinstance")) and len(node.args) == 2):
+        return False
+    if tested is not None and node.args[0].value is not tested:
+        return False
+    kinds = node.args[1].value
+    classes = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+    return all(facts.qualified(c) and facts.qualified(c) <= _PARALLEL for c in classes)
 
 
 def attribute_fed(

@@ -103,6 +103,12 @@ _MODEL_COPIED = _DETECTRON2.replace(
     "        self.grad_scaler = grad_scaler\n        self.ema = copy.deepcopy(model)\n",
 ).replace("import torch\n", "import copy\n\nimport torch\n", 1)
 
+#: an isinstance test that the wrapped model would answer differently
+_OWN_CLASS_TESTED = _DETECTRON2.replace(
+    "        model.train()\n",
+    "        if isinstance(model, torch.nn.Linear):\n            print(model.in_features)\n",
+)
+
 _MIGRATED = """import roundpipe
 import torch
 
@@ -155,7 +161,7 @@ RULE = Rule(
             "`super()`, stays as written. Refused (RPM108): a forward under a condition or more than once, "
             "a forwarded value that is not a parameter of the subclass's `__init__`, an `__init__` of a "
             "class the files do not define run before the base's, the handed model used otherwise than "
-            "`model.train()`/`eval()`/`isinstance`; (RPM115) the base's plain step when an instance of it runs",
+            "`model.train()`/`eval()`/`isinstance(model, DistributedDataParallel)` (and the body of such an `if`); (RPM115) the base's plain step when an instance of it runs",
             "基础训练器的 `__init__(self, model, data_loader, optimizer)` 保存传入的对象（detectron2 的 "
             "`SimpleTrainer`），由子类通过 `super().__init__(...)`、`super(Sub, self).__init__(...)` 或 "
             "`Base.__init__(self, ...)` 以位置或关键字参数绑定（`AMPTrainer.__init__` 构建 GradScaler，"
@@ -163,7 +169,7 @@ RULE = Rule(
             "沿每个被构建类的方法解析顺序，把 `self.model`/`self.optimizer` 追踪到其构造处传入的对象（模型在那里"
             "被包装，优化器构建在其副本上）；在程序构建的每个类中都被覆盖且从未经 `super()` 调用的基类普通步骤保持原样。"
             "以下情况被拒绝（RPM108）：条件下或多次转发、转发的值不是子类 `__init__` 的参数、在基类之前运行了未给出文件"
-            "中类的 `__init__`、传入的模型除 `model.train()`/`eval()`/`isinstance` 外另有用途；（RPM115）基类的实例"
+            "中类的 `__init__`、传入的模型除 `model.train()`/`eval()`/`isinstance(model, DistributedDataParallel)`（及此类 `if` 的主体）外另有用途；（RPM115）基类的实例"
             "会运行其普通步骤",
         ),
     ),
@@ -191,6 +197,7 @@ RULE = Rule(
         Example(_NOT_A_PARAMETER, codes=("RPM108",)),
         Example(_CONDITIONAL_FORWARD, codes=("RPM108",)),
         Example(_MODEL_COPIED, codes=("RPM108",)),
+        Example(_OWN_CLASS_TESTED, codes=("RPM108",)),
         Example(_MIGRATED),
     ),
 )

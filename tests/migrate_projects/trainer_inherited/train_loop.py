@@ -1,7 +1,7 @@
 """detectron2-style trainers: a base storing what it is handed, an AMP subclass."""
 
 import torch
-from torch.nn.parallel import DataParallel
+from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 
 class TrainerBase:
@@ -43,7 +43,10 @@ class SimpleTrainer(TrainerBase):
 
 class AMPTrainer(SimpleTrainer):
     def __init__(self, model, data_loader, optimizer, grad_scaler=None, precision=torch.bfloat16):
-        assert not isinstance(model, DataParallel), "AMPTrainer does not support DataParallel"
+        unsupported = "AMPTrainer does not support single-process multi-device training!"
+        if isinstance(model, DistributedDataParallel):
+            assert not (model.device_ids and len(model.device_ids) > 1), unsupported
+        assert not isinstance(model, DataParallel), unsupported
         super(AMPTrainer, self).__init__(model, data_loader=data_loader, optimizer=optimizer)
         if grad_scaler is None:
             grad_scaler = torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=2)
