@@ -52,7 +52,7 @@ _PARALLEL = {
     "torch.nn.parallel.distributed.DistributedDataParallel",
 }
 #: Finds the class named by :func:`handed_note` in a rewrite's description.
-HANDED_NOTE = re.compile(r"handed to (\w+)\(\) at each of its constructions here")
+HANDED_NOTE = re.compile(r"handed to ([\w/]+)\(\) at each of its constructions here")
 
 
 def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
@@ -207,17 +207,21 @@ def handed_model(step: "StepBuilder", model: str, built: Binding) -> Optional[st
     attribute, init = fed
     _check_only_binding(step.facts, step.rules.attributes.binding(attribute, step.backward))
     step.rules.plan.wrapped_models.append((family, attribute, 0))
-    step.rules.plan.rewrites.append((step.backward, handed_note(step.facts, init, f"steps the model ({attribute})")))
+    step.rules.plan.rewrites.append((step.backward, handed_note(family, init, f"steps the model ({attribute})")))
     return attribute
 
 
-def handed_note(facts: "ModuleFacts", init: cst.FunctionDef, what: str) -> str:
-    """The report line for an object followed through the constructor ``init``; the project
-    layer reads it (:data:`HANDED_NOTE`) to find constructions in other files."""
+def handed_note(family: InstanceFamily, init: cst.FunctionDef, what: str) -> str:
+    """The report line for an object followed through the constructor ``init`` of a class
+    of ``family``; it names every class of the family (``SimpleTrainer/AMPTrainer``: a
+    subclass's constructions run the base's ``__init__`` too), and the project layer reads
+    it (:data:`HANDED_NOTE`) to find constructions in other files."""
+    facts = family.facts
     block = facts.parent(init)
     owner = facts.parent(block) if block is not None else None
-    name = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
-    return f"{what} handed to {name}() at each of its constructions here"
+    first = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
+    names = [first, *(cls.name.value for cls in family.classes if cls is not owner)]
+    return f"{what} handed to {'/'.join(names)}() at each of its constructions here"
 
 
 def constructed_init(facts: "ModuleFacts", call: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -274,6 +278,6 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
             raise Blocked(
                 site, _CODE, f"`{code(site)}` hands the model to {family.name}() other than by a name or a call"
             )
-        plan.rewrites.append((statement, handed_note(facts, init, "wrapped with roundpipe.RoundPipe: the model")))
+        plan.rewrites.append((statement, handed_note(family, init, "wrapped with roundpipe.RoundPipe: the model")))
     plan.wrapped_models.append((family, model, 0))
     return True

@@ -99,7 +99,7 @@ def injected_attribute(
             f"`{code(site)}` hands {family.name} `{code(passed)}` as its scaler, which the migration cannot "
             "follow to a torch GradScaler built in this file; left untouched",
         )
-    rules.plan.rewrites.append((statement, handed_note(facts, init, f"{code(target)}: every scaler")))
+    rules.plan.rewrites.append((statement, handed_note(family, init, f"{code(target)}: every scaler")))
     return family, target.attr.value
 
 

@@ -191,7 +191,8 @@ def _handed_elsewhere(
     built = {n.func.id for n in calls if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     found = []
     for path in group[:-1]:
-        names = {m.group(1) for r in results[path].rewrites for m in [HANDED_NOTE.search(r.description)] if m}
+        notes = [m.group(1) for r in results[path].rewrites for m in [HANDED_NOTE.search(r.description)] if m]
+        names = {name for note in notes for name in note.split("/")}
         found += [(path, name) for name in sorted(names & built)] if results[path].changed else []
     return found
 
