@@ -32,7 +32,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
-from .joined_classes import call_groups, join_groups, migrate_joined, shared_names
+from .joined_classes import call_groups, join_blocker, join_groups, migrate_joined, shared_names
 from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
@@ -163,12 +163,13 @@ def _migrate_joined_classes(
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
             continue  # step helpers joined with their caller: taken only when the whole step migrates
         if joined is None:
+            blocker = join_blocker([(p, files[p].source) for p in group], shared_names(files, group))
             for path, name in handed:  # its constructions there are not followed: unchanged
                 _refuse(
                     results[path],
                     1,
-                    f"{name}() is built in {group[-1]}, which cannot be analysed with this file (it binds a "
-                    "top-level name differently), so what it hands the class "
+                    f"{name}() is built in {group[-1]}, which cannot be analysed with this file "
+                    f"({blocker or 'the joined analysis failed'}), so what it hands the class "
                     "is not followed; file left unchanged",
                 )
             continue
