@@ -302,6 +302,18 @@ _CODES: Tuple[Code, ...] = (
         "pass the arguments by keyword (`GradScaler(init_scale=args.init_scale)`)",
     ),
     Code(
+        "RPM139",
+        "model-parameter-shared",
+        "a function gets the wrapped model at one call and another object at another",
+        "a function of the file that the migration changes for the RoundPipe model it gets as a "
+        "parameter (`evaluate(model)`) is also called with another object (`evaluate(model_ema)`, "
+        "`evaluate(restored)`), leaves that parameter to its default, or is handed on as a value",
+        "what is written into it for the RoundPipe model (`model.synchronize()`, `model.model.state_dict()`, "
+        "`model.step(...)`) would fail on the other object",
+        "`evaluate(model)` during training and `evaluate(baseline)` for a fresh model",
+        "give the other objects their own function, or migrate by hand",
+    ),
+    Code(
         "RPM190",
         "internal-error",
         "internal error: the rewrite does not compile",

@@ -12,6 +12,7 @@ from .parallel import other_trainer
 from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
+from .shared_parameters import ParameterFeeds
 from .split_step import calls_own_method
 from .state_helpers import state_only_parameter
 from .state_objects import StateField
@@ -41,6 +42,7 @@ class ModelUses:
         self.rules = rules
         self.facts = rules.facts
         self._syncs = Synchronizations(self.facts, rules.plan)
+        self._feeds = ParameterFeeds(self.facts, rules._parameter_for)
         self._called_with_grad: Dict[
             cst.CSTNode, Dict[str, List[cst.Call]]
         ] = {}  # function -> attribute model -> calls
@@ -85,6 +87,7 @@ class ModelUses:
                     self._check_handed_over(parent, access)
                     target = self._parameter_target(parent)
                     if target is not None:
+                        self._feeds.record(parent, target[1])
                         queue.append(target)
                 elif isinstance(parent, cst.Assign) and parent.value is access:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
@@ -94,6 +97,7 @@ class ModelUses:
                 self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
         self._check_steps_reach_one_model()
+        self._feeds.check(self.rules.plan.edits)
 
     def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
         """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""

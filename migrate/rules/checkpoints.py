@@ -6,8 +6,8 @@ RULE = Rule(
     name="checkpoints",
     order=70,
     description="evaluation and checkpoints go through the wrapped module after a synchronize; aliases follow",
-    codes=("RPM114", "RPM115"),
-    implemented_in=("model_uses.py", "parallel.py"),
+    codes=("RPM114", "RPM115", "RPM139"),
+    implemented_in=("model_uses.py", "parallel.py", "shared_parameters.py"),
     patterns=(
         Pattern(
             "`model.eval()`, `model.state_dict()` (evaluation, checkpoints)",
@@ -17,9 +17,9 @@ RULE = Rule(
         ),
         Pattern(
             "an alias bound after the wrap (`raw_model = model`)",
-            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115)",
+            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy (also a class of the file built on `AveragedModel`) refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115); a function changed for the model it gets as a parameter and also called with another object (`evaluate(model)`, `evaluate(restored)`) refuses it (RPM139)",
             "包装之后绑定的别名（`raw_model = model`）",
-            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）",
+            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本（包括文件中基于 `AveragedModel` 的类）会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）；为作为参数得到的模型而改写、又以别的对象调用的函数（`evaluate(model)`、`evaluate(restored)`）也会（RPM139）",
         ),
     ),
     examples=(
@@ -34,6 +34,21 @@ RULE = Rule(
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n    for x, y in batches:\n        torch.nn.functional.mse_loss(model(x), y).backward()\n',
             codes=("RPM115",),
+        ),
+        Example(
+            'import torch\n\n\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n\n\ndef main(batches, x):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for inputs, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(inputs), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        evaluate(model, x)\n',
+            expect=("    model.synchronize()\n    model.eval()",),
+        ),
+        Example(
+            'import torch\n\n\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n\n\ndef main(batches, x):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for inputs, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(inputs), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        evaluate(model, x)\n    evaluate(torch.nn.Linear(4, 1), x)\n',
+            codes=("RPM139",),
+        ),
+        Example(
+            'import torch\n\n\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n\n\ndef main(batches, x):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for inputs, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(inputs), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        evaluate(model, x)\n'.replace(
+                "@torch.no_grad()", "class Shadow(torch.optim.swa_utils.AveragedModel):\n    pass\n\n\n@torch.no_grad()"
+            )
+            + "    shadow = Shadow(model)\n",
+            codes=("RPM114",),
         ),
         Example(
             'import torch\n\n\ndef save(model, scaler: "torch.amp.GradScaler"):\n    torch.save({"model": model.state_dict(), "scaler": scaler.state_dict()}, "c.pt")\n',
