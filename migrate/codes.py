@@ -314,6 +314,17 @@ _CODES: Tuple[Code, ...] = (
         "give the other objects their own function, or migrate by hand",
     ),
     Code(
+        "RPM140",
+        "gradient-read-after-step",
+        "gradients are read on the main thread after the optimizer step",
+        "a function holding a migrated step reads `.grad` after `optimizer.step()` (a gradient norm "
+        "or histogram logged after the step, or at the top of the next iteration)",
+        "`model.step` hands the model's gradients to the optimizer copies, so the model holds none "
+        "after it and the read would see other values",
+        "`gnorm = sum(p.grad.norm() ** 2 for p in model.parameters())` after `scaler.update()`",
+        "read the gradients before the step (they move into the step function with it), or migrate by hand",
+    ),
+    Code(
         "RPM190",
         "internal-error",
         "internal error: the rewrite does not compile",

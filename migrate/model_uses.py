@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 import libcst as cst
 from libcst.metadata import Scope
 
+from .gradient_reads import check_gradient_reads
 from .parallel import other_trainer
 from .plan import Blocked
 from .reached_models import unproven_reach
@@ -98,6 +99,7 @@ class ModelUses:
         self._check_other_backwards()
         self._check_steps_reach_one_model()
         self._feeds.check(self.rules.plan.edits)
+        check_gradient_reads(self.facts, self.rules.plan)
 
     def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
         """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""

@@ -49,6 +49,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "two_path_amp": [[], ["--precision", "fp32"]],
     "autocast_ctx_microsteps": [[], ["--dtype", "float32"]],
     "torchvision_reference": [[], ["--no-amp"]],
+    "yolo_accumulate": [[], ["--no-amp"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
