@@ -72,7 +72,9 @@ def optimizer_writes(
     in source order: the outermost
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
-    a call of one of the ``trainers``, the functions holding the migrated steps)."""
+    a call of one of the ``trainers``, the functions holding the migrated steps), or calls
+    any other method of its scheduler (``scheduler.get_last_lr()`` reads what the step
+    function's ``scheduler.step()`` writes)."""
     found: List[cst.BaseStatement] = []
 
     def reads_param_groups(node: cst.CSTNode) -> bool:
@@ -89,6 +91,8 @@ def optimizer_writes(
                 return True
             owner = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
             if owner is not None and call.func.attr.value == "step" and is_scheduler(owner, line):  # type: ignore[attr-defined]
+                return True
+            if owner is not None and _reads_scheduler(is_scheduler, owner, line):
                 return True
             if any(dotted(arg.value) == optimizer for arg in call.args) and not (
                 isinstance(call.func, cst.Name) and call.func.value in trainers
@@ -110,3 +114,12 @@ def optimizer_writes(
 
     facts.walk(root, visit)
     return found
+
+
+def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: str, line: cst.CSTNode) -> bool:
+    """``owner`` (the receiver of a method call on ``line``) is the optimizer's scheduler; a
+    receiver the file does not bind is not one."""
+    try:
+        return is_scheduler(owner, line)
+    except Blocked:
+        return False

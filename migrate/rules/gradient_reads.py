@@ -36,5 +36,9 @@ RULE = Rule(
     examples=(
         Example(_STEP.format(before=_NORM, after=""), expect=(_NORM + "\n        def _step_fn():",)),
         Example(_STEP.format(before="", after=_NORM), codes=("RPM140",)),
+        Example(
+            'import torch\n\n\ndef log_gradients(model, scaler: "torch.amp.GradScaler"):  # no step here\n'
+            "    print(scaler.get_scale(), sum(p.grad.norm() for p in model.parameters()))\n"
+        ),
     ),
 )
