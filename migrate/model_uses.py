@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .gradient_reads import check_gradient_reads
@@ -86,10 +87,10 @@ class ModelUses:
                     if self._hand_to_state_helper(parent, access, name):
                         continue
                     self._check_handed_over(parent, access)
-                    target = self._parameter_target(parent)
+                    target = self._parameter_target(parent) or self._method_target(parent)
                     if target is not None:
-                        self._feeds.record(parent, target[1])
-                        queue.append(target)
+                        self._feeds.record(parent, *target[3:], target[1])
+                        queue.append(target[:3])
                 elif isinstance(parent, cst.Assign) and parent.value is access:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
                 else:  # `return model, optimizer` of a setup function: its callers' names
@@ -265,6 +266,26 @@ class ModelUses:
             if found is not None:
                 raise Blocked(found[0], "RPM107", found[1])
 
-    def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
+    def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int, cst.FunctionDef]]:
         fed = self.rules.parameter_fed_by(arg)
-        return (*fed, 0) if fed is not None else None
+        function = self.facts.local_function(self.facts.parent(arg))
+        return (*fed, 0, function) if fed is not None and function is not None else None
+
+    def _method_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int, cst.FunctionDef]]:
+        """``self.weights_of(model)``: the parameter of the method of the enclosing class
+        that ``arg`` feeds (the model is followed into it as into a function), else None."""
+        call = self.facts.parent(arg)
+        klass = self.facts.enclosing(arg, (cst.ClassDef,))
+        if not (isinstance(call, cst.Call) and m.matches(call.func, m.Attribute(value=m.Name("self"))) and klass):
+            return None
+        assert isinstance(call.func, cst.Attribute)
+        wanted = call.func.attr.value
+        methods = [s for s in klass.body.body if isinstance(s, cst.FunctionDef) and s.name.value == wanted]
+        if len(methods) != 1 or not methods[0].body.body:
+            return None
+        try:
+            parameter = self.rules._parameter_for(call, methods[0], arg)
+        except Blocked:
+            return None
+        scope = self.facts.scope(methods[0].body.body[0])
+        return (scope, parameter, 0, methods[0]) if scope is not None else None

@@ -5,12 +5,13 @@ another (``evaluate(model)`` during training, ``evaluate(restored)`` or
 What the migration writes inside such a function for the RoundPipe model (``model.synchronize()``,
 ``model.model.state_dict()``, ``model.step(...)``) would fail on the other objects, so a file
 where a changed function is also called with something other than the wrapped model is left
-untouched (RPM139). Only same-file calls are seen: the callers the model is followed through.
+untouched (RPM139). Only same-file calls are seen: the callers the model is followed through;
+a method counts every ``x.<its name>(...)`` of the file as a call of it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -32,11 +33,9 @@ class ParameterFeeds:
         self._parameter_of = parameter_of  # the parameter a call's argument binds (Blocked: unknown)
         self._fed: List[Tuple[cst.FunctionDef, str, Set[int]]] = []  # function, parameter, ids of the args
 
-    def record(self, arg: cst.Arg, parameter: str) -> None:
-        """``arg`` hands the wrapped model to ``parameter`` of the function its call calls."""
-        function = self.facts.local_function(self.facts.parent(arg))
-        if function is None:
-            return
+    def record(self, arg: cst.Arg, function: cst.FunctionDef, parameter: str) -> None:
+        """``arg`` hands the wrapped model to ``parameter`` of ``function`` (a function of the
+        file, or a method called as ``self.method(...)``)."""
         for known, name, args in self._fed:
             if known is function and name == parameter:
                 args.add(id(arg))
@@ -49,10 +48,7 @@ class ParameterFeeds:
         for function, parameter, args in self._fed:
             if not self._changed(function, edits):
                 continue
-            scope = self.facts.scope(function)
-            if scope is None:
-                continue
-            for use in self.facts.accesses(function.name.value, scope):
+            for use in self._uses(function):
                 call = self.facts.parent(use)
                 if not isinstance(call, cst.Call) or call.func is not use:
                     raise Blocked(
@@ -72,6 +68,15 @@ class ParameterFeeds:
                         f"and {what} here; what the migration writes into it for the model "
                         "(synchronize, model.model, model.step) would fail on that object; left untouched",
                     )
+
+    def _uses(self, function: cst.FunctionDef) -> Sequence[cst.BaseExpression]:
+        """Every reference to ``function``: its name's reads, or for a method, every
+        ``<anything>.<its name>`` of the file."""
+        name = function.name.value
+        if isinstance(self.facts.parent(self.facts.parent(function)), cst.ClassDef):
+            return [a for a in self.facts.subtree(self.facts.module, cst.Attribute) if a.attr.value == name]
+        scope = self.facts.scope(function)
+        return self.facts.accesses(name, scope) if scope is not None else []
 
     def _changed(self, function: cst.FunctionDef, edits: Edits) -> bool:
         return any(self.facts.within(node, function) for node in [*edits.expressions, *edits.blocks])

@@ -17,9 +17,9 @@ RULE = Rule(
         ),
         Pattern(
             "an alias bound after the wrap (`raw_model = model`)",
-            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy (also a class of the file built on `AveragedModel`) refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115); a function changed for the model it gets as a parameter and also called with another object (`evaluate(model)`, `evaluate(restored)`) refuses it (RPM139)",
+            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy (also a class of the file built on `AveragedModel`) refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115); a function or a `self.method(...)` the model is handed to is followed into; one changed for it and also called with another object (`evaluate(model)`, `evaluate(restored)`) refuses the file (RPM139)",
             "包装之后绑定的别名（`raw_model = model`）",
-            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本（包括文件中基于 `AveragedModel` 的类）会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）；为作为参数得到的模型而改写、又以别的对象调用的函数（`evaluate(model)`、`evaluate(restored)`）也会（RPM139）",
+            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本（包括文件中基于 `AveragedModel` 的类）会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）；模型被传入的函数或 `self.method(...)` 会被跟进；为该模型而改写、又以别的对象调用的函数（`evaluate(model)`、`evaluate(restored)`）也会使文件被拒绝（RPM139）",
         ),
     ),
     examples=(
@@ -49,6 +49,14 @@ RULE = Rule(
             )
             + "    shadow = Shadow(model)\n",
             codes=("RPM114",),
+        ),
+        Example(
+            'import torch\n\n\nclass Trainer:\n    def __init__(self):\n        self.model = torch.nn.Linear(4, 1)\n        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n        self.scaler = torch.amp.GradScaler("cuda")\n\n    def train_step(self, x, y):\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(self.model(x), y)\n        self.scaler.scale(loss).backward()\n        self.scaler.step(self.optimizer)\n        self.scaler.update()\n        self.optimizer.zero_grad()\n\n    def weights_of(self, model):\n        return model.state_dict()\n\n    def checkpoint(self):\n        return {"model": self.weights_of(self.model)}\n',
+            expect=("        return model.model.state_dict()",),
+        ),
+        Example(
+            'import torch\n\n\nclass Trainer:\n    def __init__(self):\n        self.model = torch.nn.Linear(4, 1)\n        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n        self.scaler = torch.amp.GradScaler("cuda")\n\n    def train_step(self, x, y):\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(self.model(x), y)\n        self.scaler.scale(loss).backward()\n        self.scaler.step(self.optimizer)\n        self.scaler.update()\n        self.optimizer.zero_grad()\n\n    def weights_of(self, model):\n        return model.state_dict()\n\n    def checkpoint(self):\n        return {"model": self.weights_of(self.model), "fresh": self.weights_of(torch.nn.Linear(4, 1))}\n',
+            codes=("RPM139",),
         ),
         Example(
             'import torch\n\n\ndef save(model, scaler: "torch.amp.GradScaler"):\n    torch.save({"model": model.state_dict(), "scaler": scaler.state_dict()}, "c.pt")\n',
