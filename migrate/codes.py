@@ -325,6 +325,16 @@ _CODES: Tuple[Code, ...] = (
         "read the gradients before the step (they move into the step function with it), or migrate by hand",
     ),
     Code(
+        "RPM141",
+        "weights-written-after-wrap",
+        "the model's weights are written in place after the RoundPipe wrap",
+        "after the optimizer is built, the main thread writes the wrapped model's parameters in place "
+        "(`nn.init.zeros_(model.head.bias)`, `for p in model.parameters(): p.mul_(0.5)`)",
+        "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write",
+        "`nn.init.normal_(model.fc.weight, std=0.01)` right after the optimizer",
+        "initialise the weights before the optimizer is built, or migrate by hand",
+    ),
+    Code(
         "RPM190",
         "internal-error",
         "internal error: the rewrite does not compile",

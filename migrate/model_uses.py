@@ -20,6 +20,7 @@ from .state_helpers import state_only_parameter
 from .state_objects import StateField
 from .synchronize import Synchronizations
 from .syntax import code, dotted
+from .weight_writes import check_weight_write
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -78,6 +79,7 @@ class ModelUses:
                 if given is not None:  # put in a state object: its reads are the model's
                     queue.append((self.rules.state_objects.field(*given), given[1], 0))
                     continue
+                check_weight_write(self.facts, self.rules.plan, access, name)
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
                     self._plan_attribute(parent, access, name)
