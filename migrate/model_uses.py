@@ -86,7 +86,7 @@ class ModelUses:
                 elif isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_inference_call(access, name)
                 elif isinstance(parent, cst.Arg):
-                    if self._hand_to_state_helper(parent, access, name):
+                    if self._hand_to_state_helper(parent, access, name) or self._saved_whole(parent, access, name):
                         continue
                     self._check_handed_over(parent, access)
                     target = self._parameter_target(parent) or self._method_target(parent)
@@ -137,6 +137,21 @@ class ModelUses:
             )
         )
         self._syncs.before(access, name, "before a checkpoint helper of another file")
+        return True
+
+    def _saved_whole(self, arg: cst.Arg, access: cst.BaseExpression, name: str) -> bool:
+        """``torch.save(model, path)`` pickles the whole module: it gets the wrapped module
+        (``model.model``, what the original saved) after a synchronize."""
+        call = self.facts.parent(arg)
+        if not (isinstance(call, cst.Call) and call.args and call.args[0] is arg and arg.value is access):
+            return False
+        if not self.facts.calls_any(call, {"torch.save", "torch.serialization.save"}):
+            return False
+        self.rules.plan.edits.replace_expression(
+            access, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
+        )
+        self.rules.plan.rewrites.append((call, f"torch.save({name}) -> torch.save({name}.model): the wrapped module"))
+        self._syncs.before(access, name, _BEFORE_USE)
         return True
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.BaseExpression) -> None:

@@ -10,10 +10,10 @@ RULE = Rule(
     implemented_in=("model_uses.py", "parallel.py", "shared_parameters.py", "weight_writes.py"),
     patterns=(
         Pattern(
-            "`model.eval()`, `model.state_dict()` (evaluation, checkpoints)",
-            "`model.synchronize()` inserted before; `model.state_dict()`/`load_state_dict()` go to the wrapped module (`model.model...`) so checkpoints keep their keys; scaler state dicts are compatible as they are",
-            "`model.eval()`、`model.state_dict()`（评估、检查点）",
-            "在其前面插入 `model.synchronize()`；`model.state_dict()`/`load_state_dict()` 改为作用于被包装的模块（`model.model...`），使检查点的键保持不变；缩放器的状态字典本身即兼容",
+            "`model.eval()`, `model.state_dict()`, `torch.save(model, f)` (evaluation, checkpoints)",
+            "`model.synchronize()` inserted before; `model.state_dict()`/`load_state_dict()` go to the wrapped module (`model.model...`) so checkpoints keep their keys, and `torch.save(model, f)` saves `model.model`; scaler state dicts are compatible as they are",
+            "`model.eval()`、`model.state_dict()`、`torch.save(model, f)`（评估、检查点）",
+            "在其前面插入 `model.synchronize()`；`model.state_dict()`/`load_state_dict()` 改为作用于被包装的模块（`model.model...`），使检查点的键保持不变，`torch.save(model, f)` 保存 `model.model`；缩放器的状态字典本身即兼容",
         ),
         Pattern(
             "an alias bound after the wrap (`raw_model = model`)",
@@ -65,6 +65,10 @@ RULE = Rule(
         Example(
             'import torch\n\n\ndef main(batches):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    torch.nn.init.zeros_(model.bias)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             codes=("RPM141",),
+        ),
+        Example(
+            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n    torch.save(model, "whole.pt")\n',
+            expect=('    model.synchronize()\n    torch.save(model.model, "whole.pt")',),
         ),
         Example(
             'import torch\n\n\ndef save(model, scaler: "torch.amp.GradScaler"):\n    torch.save({"model": model.state_dict(), "scaler": scaler.state_dict()}, "c.pt")\n',
