@@ -74,7 +74,8 @@ def optimizer_writes(
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
     a call of one of the ``trainers``, the functions holding the migrated steps), or calls
     any other method of its scheduler (``scheduler.get_last_lr()`` reads what the step
-    function's ``scheduler.step()`` writes)."""
+    function's ``scheduler.step()`` writes) or of an object built with the optimizer
+    (``policy = WarmupPolicy(optimizer, ...)``; ``policy.step_update(n)`` writes its groups)."""
     found: List[cst.BaseStatement] = []
 
     def reads_param_groups(node: cst.CSTNode) -> bool:
@@ -92,7 +93,9 @@ def optimizer_writes(
             owner = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
             if owner is not None and call.func.attr.value == "step" and is_scheduler(owner, line):  # type: ignore[attr-defined]
                 return True
-            if owner is not None and _reads_scheduler(is_scheduler, owner, line):
+            if owner is not None and (
+                _reads_scheduler(is_scheduler, owner, line) or _built_with(facts, owner, line, optimizer)
+            ):
                 return True
             if any(dotted(arg.value) == optimizer for arg in call.args) and not (
                 isinstance(call.func, cst.Name) and call.func.value in trainers
@@ -123,3 +126,22 @@ def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: st
         return is_scheduler(owner, line)
     except Blocked:
         return False
+
+
+def _built_with(facts: ModuleFacts, owner: str, line: cst.CSTNode, optimizer: str) -> bool:
+    """``owner`` is a name of ``line``'s scope bound only by calls that are given
+    ``optimizer`` (``policy = WarmupPolicy(optimizer, base_lr)``): an object that may write
+    the optimizer's state whenever one of its methods runs."""
+    scope = facts.scope(line)
+    if not owner.isidentifier() or scope is None:
+        return False
+    targets = [facts.parent(getattr(a, "node", None)) for a in scope[owner]]
+    assigns = [facts.parent(t) for t in targets if isinstance(t, cst.AssignTarget)]
+    if len(assigns) != len(targets) or not assigns:
+        return False  # also bound another way (a parameter, a loop, an import)
+    return all(
+        isinstance(a, cst.Assign)
+        and isinstance(a.value, cst.Call)
+        and any(dotted(arg.value) == optimizer for arg in a.value.args)
+        for a in assigns
+    )
