@@ -143,5 +143,22 @@ def _built_with(facts: ModuleFacts, owner: str, line: cst.CSTNode, optimizer: st
         isinstance(a, cst.Assign)
         and isinstance(a.value, cst.Call)
         and any(dotted(arg.value) == optimizer for arg in a.value.args)
+        and not _builds_a_trainer(facts, a.value)
         for a in assigns
+    )
+
+
+def _builds_a_trainer(facts: ModuleFacts, call: cst.Call) -> bool:
+    """``call`` builds an instance of a class of this module that runs a backward (a trainer
+    given the optimizer, ``Trainer(model, optimizer)``): its methods train, they are not
+    optimizer writes to order after the step."""
+    scope = facts.scope(call)
+    if not isinstance(call.func, cst.Name) or scope is None:
+        return False
+    bound = [getattr(a, "node", None) for a in scope[call.func.value]]
+    classes = [node for node in bound if isinstance(node, cst.ClassDef)]
+    return any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
+        for klass in classes
+        for c in facts.subtree(klass, cst.Call)
     )
