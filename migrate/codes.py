@@ -303,6 +303,39 @@ _CODES: Tuple[Code, ...] = (
         "pass the arguments by keyword (`GradScaler(init_scale=args.init_scale)`)",
     ),
     Code(
+        "RPM139",
+        "model-parameter-shared",
+        "a function gets the wrapped model at one call and another object at another",
+        "a function of the file that the migration changes for the RoundPipe model it gets as a "
+        "parameter (`evaluate(model)`) is also called with another object (`evaluate(model_ema)`, "
+        "`evaluate(restored)`), leaves that parameter to its default, or is handed on as a value",
+        "what is written into it for the RoundPipe model (`model.synchronize()`, `model.model.state_dict()`, "
+        "`model.step(...)`) would fail on the other object",
+        "`evaluate(model)` during training and `evaluate(baseline)` for a fresh model",
+        "give the other objects their own function, or migrate by hand",
+    ),
+    Code(
+        "RPM140",
+        "gradient-read-after-step",
+        "gradients are read on the main thread after the optimizer step",
+        "a function holding a migrated step reads `.grad` after `optimizer.step()` (a gradient norm "
+        "or histogram logged after the step, or at the top of the next iteration)",
+        "`model.step` hands the model's gradients to the optimizer copies, so the model holds none "
+        "after it and the read would see other values",
+        "`gnorm = sum(p.grad.norm() ** 2 for p in model.parameters())` after `scaler.update()`",
+        "read the gradients before the step (they move into the step function with it), or migrate by hand",
+    ),
+    Code(
+        "RPM141",
+        "weights-written-after-wrap",
+        "the model's weights are written in place after the RoundPipe wrap",
+        "after the optimizer is built, the main thread writes the wrapped model's parameters in place "
+        "(`nn.init.zeros_(model.head.bias)`, `for p in model.parameters(): p.mul_(0.5)`)",
+        "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write",
+        "`nn.init.normal_(model.fc.weight, std=0.01)` right after the optimizer",
+        "initialise the weights before the optimizer is built, or migrate by hand",
+    ),
+    Code(
         "RPM190",
         "internal-error",
         "internal error: the rewrite does not compile",
