@@ -15,7 +15,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 Case = Callable[[], float]
 """A case runs one timed round and returns the seconds it measured."""
@@ -31,25 +31,28 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def _profiled_events(fn: Callable[[], None], profile_memory: bool = False) -> List[Any]:
+    """The events torch's CPU profiler records on this thread while ``fn`` runs (every
+    dispatcher call, nested ones included; with ``profile_memory``, the allocator's events)."""
+    from torch.profiler import ProfilerActivity, profile  # here: the migrate benches run without torch
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=profile_memory) as prof:
+        fn()
+    return list(prof.events())
+
+
 def bytes_allocated(fn: Callable[[], None]) -> int:
     """Bytes torch's CPU allocator hands out on this thread while ``fn`` runs (the
     profiler's memory events): what an iteration allocates, whatever the load and however
     glibc trims its heap. Work on other threads is not seen."""
-    from torch.profiler import ProfilerActivity, profile  # here: the migrate benches run without torch
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    return sum(event.self_cpu_memory_usage for event in prof.events() if event.self_cpu_memory_usage > 0)
+    events = _profiled_events(fn, profile_memory=True)
+    return sum(event.self_cpu_memory_usage for event in events if event.self_cpu_memory_usage > 0)
 
 
 def torch_ops(fn: Callable[[], None]) -> int:
-    """Operator calls torch's profiler records on this thread while ``fn`` runs (every
-    dispatcher call, nested ones included): the C++ side of an overhead, counted."""
-    from torch.profiler import ProfilerActivity, profile  # here: the migrate benches run without torch
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    return len(prof.events())
+    """Operator calls torch's profiler records on this thread while ``fn`` runs: the C++
+    side of an overhead, counted."""
+    return len(_profiled_events(fn))
 
 
 def voluntary_switches() -> int:

@@ -263,6 +263,10 @@ class InstanceAttributes:
         cls = self.facts.parent(self.facts.parent(method)) if method is not None else None
         return self._family(cls) if isinstance(cls, cst.ClassDef) else None
 
+    def family_of_class(self, cls: cst.ClassDef) -> InstanceFamily:
+        """The family ``cls`` (a class of the module) belongs to."""
+        return self._family(cls)
+
     def binding(self, reference: str, at: cst.CSTNode, outside_reads: FrozenSet[str] = frozenset()) -> Binding:
         """Where ``reference`` (``"self.optimizer"``, seen from ``at``) is bound, as a
         :class:`Binding` whose scope is the family."""

@@ -86,11 +86,10 @@ _CODES: Tuple[Code, ...] = (
         "attribute, follows the backward in its block, in an `if` after it, or after the loop of "
         "micro-steps that ends with it; nor, when the backward ends its function or method, does "
         "exactly one other method of the class family or one other function handed the same "
-        "scaler hold the step (an optimizer wrapper's methods called in turn are not one step)",
+        "scaler hold the step",
         "the rewrite is built from the step that consumes the backward's gradients; a step it "
         "cannot pair with the backward is not followed",
-        "`optimizer.backward(loss)`, `optimizer.clip_grad_norm(c)`, `optimizer.step()` of a "
-        "fairseq-style optimizer wrapper",
+        "`scaler.scale(loss).backward()` in a helper whose callers never step that scaler",
         "put `scaler.step(optimizer)` and `scaler.update()` after the backward in the same block, or migrate by hand",
     ),
     Code(
@@ -125,14 +124,16 @@ _CODES: Tuple[Code, ...] = (
     Code(
         "RPM111",
         "scaler-wrapper",
-        "loss-scaler wrapper class not migrated",
+        "loss-scaler or optimizer wrapper class not migrated",
         "a class holding a GradScaler on `self` with a `__call__` (timm's `NativeScaler` shape) that is not "
         "the recognised one, built where no optimizer on `model.parameters()` is built, or called with "
-        "`parameters=` that are not `model.parameters()`; or a file calling a wrapper class of another "
-        "given file that is not migrated (an optimizer-like wrapper with `backward`/`step` methods)",
+        "`parameters=` that are not `model.parameters()`; an optimizer wrapper (the GradScaler next to the "
+        "optimizer behind `backward`/`step`/`zero_grad` methods, fairseq's shape) with a method the "
+        "migration does not handle, named in the message; or a file calling a wrapper class of another "
+        "given file that is not migrated",
         "the wrapper and every file that builds or calls it change together, or none of them",
         "`loss_scaler(loss, optimizer, parameters=model.parameters())`",
-        'bring the wrapper to the shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',
+        'bring the wrapper to a shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',
     ),
     Code(
         "RPM113",
@@ -300,6 +301,39 @@ _CODES: Tuple[Code, ...] = (
         "`GradScaler(args.init_scale)` under `try: from torch.amp import GradScaler` / `except "
         "ImportError: from torch.cuda.amp import GradScaler`",
         "pass the arguments by keyword (`GradScaler(init_scale=args.init_scale)`)",
+    ),
+    Code(
+        "RPM139",
+        "model-parameter-shared",
+        "a function gets the wrapped model at one call and another object at another",
+        "a function of the file that the migration changes for the RoundPipe model it gets as a "
+        "parameter (`evaluate(model)`) is also called with another object (`evaluate(model_ema)`, "
+        "`evaluate(restored)`), leaves that parameter to its default, or is handed on as a value",
+        "what is written into it for the RoundPipe model (`model.synchronize()`, `model.model.state_dict()`, "
+        "`model.step(...)`) would fail on the other object",
+        "`evaluate(model)` during training and `evaluate(baseline)` for a fresh model",
+        "give the other objects their own function, or migrate by hand",
+    ),
+    Code(
+        "RPM140",
+        "gradient-read-after-step",
+        "gradients are read on the main thread after the optimizer step",
+        "a function holding a migrated step reads `.grad` after `optimizer.step()` (a gradient norm "
+        "or histogram logged after the step, or at the top of the next iteration)",
+        "`model.step` hands the model's gradients to the optimizer copies, so the model holds none "
+        "after it and the read would see other values",
+        "`gnorm = sum(p.grad.norm() ** 2 for p in model.parameters())` after `scaler.update()`",
+        "read the gradients before the step (they move into the step function with it), or migrate by hand",
+    ),
+    Code(
+        "RPM141",
+        "weights-written-after-wrap",
+        "the model's weights are written in place after the RoundPipe wrap",
+        "after the optimizer is built, the main thread writes the wrapped model's parameters in place "
+        "(`nn.init.zeros_(model.head.bias)`, `for p in model.parameters(): p.mul_(0.5)`)",
+        "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write",
+        "`nn.init.normal_(model.fc.weight, std=0.01)` right after the optimizer",
+        "initialise the weights before the optimizer is built, or migrate by hand",
     ),
     Code(
         "RPM190",

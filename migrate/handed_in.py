@@ -8,9 +8,10 @@ parameter): the model is wrapped, and the optimizer built on its copies, where t
 builds them, and the trainer's step sees that model as ``self.model``.
 
 Followed only when the module shows every construction: the parameter is read once in
-``__init__``, by the attribute's one binding ``self.x = param``; the class is called by its
-name only (no alias, no subclass of it built, no other use of the name but as a base); and
-every construction passes the parameter as a plain name or a call.
+``__init__``, by the attribute's one binding ``self.x = param``; the classes are called by
+their names only (no alias, no other use of a name but as a base), a subclass handing the
+value on through ``super().__init__(...)`` (:mod:`migrate.inherited_init`); and every
+construction passes the parameter as a plain name or a call.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 
 from .attributes import InstanceFamily, wrapped
-from .names import argument_for
+from .inherited_init import ForwardBlocked, forwarding_reads, handed_arguments
 from .plan import Binding, Blocked, Plan
-from .syntax import code
+from .syntax import code, only_expression
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 __all__ = [
     "attribute_fed",
     "constructed_init",
-    "constructions",
-    "constructor_argument",
     "constructor_parameter",
     "handed_model",
     "note_handed",
@@ -41,6 +41,14 @@ __all__ = [
 ]
 
 _CODE = "RPM108"
+#: torch's data-parallel wrappers: a RoundPipe model is neither.
+_PARALLEL = {
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
 
 
 def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
@@ -61,57 +69,56 @@ def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tu
 
 
 def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
-    """The model's parameter is read in ``__init__`` by its attribute's binding only (any
-    other use, ``self.ema = copy.deepcopy(model)``, would hold the model unfollowed)."""
+    """The model's parameter is read in ``__init__`` (and, where subclasses hand it on, in
+    theirs) by its attribute's binding and the forwards only, besides mode switches
+    (``model.train()``) and ``isinstance`` tests, which mean the same for the wrapped
+    model; any other use (``self.ema = copy.deepcopy(model)``) would hold the model
+    unfollowed."""
     value = binding.value
     scope = facts.scope(value) if isinstance(value, cst.Name) else None
     reads = facts.accesses(value.value, scope) if isinstance(value, cst.Name) and scope is not None else []
-    other = next((read for read in reads if read is not value), None)
+    handed = constructor_parameter(facts, binding)
+    if handed is not None:
+        reads = [*reads, *forwarding_reads(facts, binding.scope, *handed)]  # type: ignore[arg-type]
+    other = next((read for read in reads if read is not value and not _same_when_wrapped(facts, read)), None)
     if other is not None:
         raise Blocked(
             other,
             _CODE,
-            f"`{code(facts.statement_of(other)).strip()}` uses `{code(other)}`, the model handed to the "
-            f"constructor, besides `{binding.name} = {code(other)}`; the object it holds cannot be "
+            f"`{code(facts.statement_of(other)).strip().splitlines()[0]}` uses `{code(other)}`, the model "
+            f"handed to the constructor, besides `{binding.name} = {code(other)}`; the object it holds cannot be "
             "followed; left untouched",
         )
 
 
-def constructions(facts: "ModuleFacts", family: InstanceFamily, init: cst.FunctionDef) -> List[cst.Call]:
-    """Every ``Class(...)`` of the class defining ``init``; :class:`Blocked` when the module
-    builds an instance in a way not shown (another class of the family built, the class
-    name used as a value) or builds none."""
-    block = facts.parent(init)
-    owner = facts.parent(block) if block is not None else None
-    assert isinstance(owner, cst.ClassDef)
-    sites: List[cst.Call] = []
-    for cls in family.classes:
-        scope = facts.scope(cls)
-        for access in facts.accesses(cls.name.value, scope) if scope is not None else ():
-            parent = facts.parent(access)
-            if isinstance(parent, cst.Arg) and isinstance(facts.parent(parent), cst.ClassDef):
-                continue  # a base of a class of the family
-            if cls is owner and isinstance(parent, cst.Call) and parent.func is access:
-                sites.append(parent)
-                continue
-            raise Blocked(
-                access,
-                _CODE,
-                f"`{code(facts.statement_of(access)).strip()}` builds or names {cls.name.value} other than by "
-                f"`{owner.name.value}(...)`, so what its __init__ is handed cannot be followed; left untouched",
-            )
-    if not sites:
-        raise Blocked(
-            init,
-            _CODE,
-            f"{owner.name.value}() is not built in this file; what it is handed cannot be followed",
-        )
-    return sites
+def _same_when_wrapped(facts: "ModuleFacts", read: cst.Name) -> bool:
+    """``read`` is ``model`` in a statement ``model.train()``/``model.eval()``, in a test
+    ``isinstance(model, DistributedDataParallel)`` (or ``DataParallel``, or a tuple of
+    them), or in the body of an ``if`` with that test: the same for the RoundPipe-wrapped
+    model, which is neither (detectron2's AMPTrainer asserts it)."""
+    parent = facts.parent(read)
+    if isinstance(parent, cst.Arg):
+        return _parallel_test(facts, facts.parent(parent), read)
+    if any(isinstance(a, cst.If) and _parallel_test(facts, a.test, None) for a in facts.ancestors(read)):
+        return True
+    call = facts.parent(parent) if parent is not None else None
+    return (
+        isinstance(parent, cst.Attribute)
+        and parent.attr.value in ("train", "eval")
+        and isinstance(call, cst.Call)
+        and only_expression(facts.statement_of(read)) is call
+    )
 
 
-def constructor_argument(call: cst.Call, init: cst.FunctionDef, param: str) -> Optional[cst.BaseExpression]:
-    """What ``call`` (``Class(...)``) passes for ``param`` of ``init`` (``self`` skipped)."""
-    return argument_for(call, init, param, skipped=1)
+def _parallel_test(facts: "ModuleFacts", node: Optional[cst.CSTNode], tested: Optional[cst.Name]) -> bool:
+    """``node`` is ``isinstance(x, <torch's data-parallel wrappers>)`` (of ``tested`` when given)."""
+    if not (isinstance(node, cst.Call) and m.matches(node.func, m.Name("isinstance")) and len(node.args) == 2):
+        return False
+    if tested is not None and node.args[0].value is not tested:
+        return False
+    kinds = node.args[1].value
+    classes = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+    return all(facts.qualified(c) and facts.qualified(c) <= _PARALLEL for c in classes)
 
 
 def attribute_fed(
@@ -119,7 +126,8 @@ def attribute_fed(
 ) -> Optional[Tuple[str, cst.FunctionDef]]:
     """The instance attribute (``self.model``, spelled as in the method around ``at``)
     handed what ``name`` of ``scope`` holds at every construction, with the ``__init__``
-    that binds it; None when none is."""
+    that binds it; None when none is. Raises the first :class:`ForwardBlocked` met when
+    none is: a subclass's ``super().__init__(...)`` that may hand the base that object."""
     from .origins import origins
 
     facts = rules.facts
@@ -134,17 +142,23 @@ def attribute_fed(
     family = _family_of_method(rules, method)
     if family is None:
         return None
-    for init in (m for m in family.methods if m.name.value == "__init__"):
+    forward: Optional[ForwardBlocked] = None
+    for init in (method for method in family.methods if method.name.value == "__init__"):
         for statement in init.body.body:
             target = _attribute_target(statement)
             if target is None:
                 continue
             try:
                 reached = origins(rules, f"{family.methods[init]}.{target}", statement)
+            except ForwardBlocked as blocked:
+                forward = forward or blocked
+                continue
             except Blocked:
                 continue
             if any(o.name == name and o.scope is scope for o in reached):
                 return f"{receiver}.{target}", init
+    if forward is not None:
+        raise forward  # a subclass hands the base something the migration cannot follow
     return None
 
 
@@ -189,19 +203,23 @@ def handed_model(step: "StepBuilder", model: str, built: Binding) -> Optional[st
     attribute, init = fed
     _check_only_binding(step.facts, step.rules.attributes.binding(attribute, step.backward))
     step.rules.plan.wrapped_models.append((family, attribute, 0))
-    note_handed(step.rules.plan, step.facts, step.backward, init, f"steps the model ({attribute})")
+    note_handed(step.rules.plan, family, step.backward, init, f"steps the model ({attribute})")
     return attribute
 
 
-def note_handed(plan: Plan, facts: "ModuleFacts", node: cst.CSTNode, init: cst.FunctionDef, what: str) -> None:
-    """Report, at ``node``, an object followed through the constructor ``init``, and record
-    its class in ``plan.handed_classes`` (the file's result carries it: the project layer
-    looks for constructions of that class in other files)."""
+def note_handed(plan: Plan, family: InstanceFamily, node: cst.CSTNode, init: cst.FunctionDef, what: str) -> None:
+    """Report, at ``node``, an object followed through the constructor ``init`` of a class
+    of ``family``, and record every class of the family in ``plan.handed_classes`` (a
+    subclass's constructions run the base's ``__init__`` too; the file's result carries the
+    names, and the project layer looks for constructions of those classes in other files).
+    The report line names them all (``SimpleTrainer/AMPTrainer``)."""
+    facts = family.facts
     block = facts.parent(init)
     owner = facts.parent(block) if block is not None else None
-    name = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
-    plan.rewrites.append((node, f"{what} handed to {name}() at each of its constructions here"))
-    plan.handed_classes.add(name)
+    first = owner.name.value if isinstance(owner, cst.ClassDef) else init.name.value
+    names = [first, *(cls.name.value for cls in family.classes if cls is not owner)]
+    plan.rewrites.append((node, f"{what} handed to {'/'.join(names)}() at each of its constructions here"))
+    plan.handed_classes.update(names)
 
 
 def constructed_init(facts: "ModuleFacts", call: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -244,8 +262,7 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
         return True
     plan.wrapped_optimizers.add(id(built.statement))
     config = f"model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch={plan.microbatch})"
-    for site in constructions(facts, family, init):
-        passed = constructor_argument(site, init, param)
+    for site, passed in handed_arguments(facts, family, init, param):
         statement = facts.statement_of(site)
         block = facts.parent(statement)
         if isinstance(passed, cst.Call):
@@ -259,6 +276,6 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
             raise Blocked(
                 site, _CODE, f"`{code(site)}` hands the model to {family.name}() other than by a name or a call"
             )
-        note_handed(plan, facts, statement, init, "wrapped with roundpipe.RoundPipe: the model")
+        note_handed(plan, family, statement, init, "wrapped with roundpipe.RoundPipe: the model")
     plan.wrapped_models.append((family, model, 0))
     return True

@@ -26,7 +26,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from .attributes import InstanceFamily
-from .handed_in import constructions, constructor_argument, note_handed
+from .handed_in import note_handed
+from .inherited_init import handed_arguments
 from .plan import Blocked
 from .syntax import code, only_assignment
 
@@ -81,7 +82,7 @@ def injected_attribute(
             "that is not a GradScaler; left untouched",
         )
     try:
-        sites = constructions(facts, family, init)
+        handed = handed_arguments(facts, family, init, parameter.value)
     except Blocked as blocked:
         raise Blocked(
             statement,
@@ -89,8 +90,7 @@ def injected_attribute(
             f"`{code(statement).strip()}` may keep a scaler handed in by a caller the migration does not "
             f"see ({blocked.message}); build every {family.name} in the files given, or migrate by hand",
         ) from None
-    for site in sites:
-        passed = constructor_argument(site, init, parameter.value)
+    for site, passed in handed:
         if passed is None or m.matches(passed, m.Name("None")) or _names_scaler(rules, passed, site, builds):
             continue
         raise Blocked(
@@ -99,7 +99,7 @@ def injected_attribute(
             f"`{code(site)}` hands {family.name} `{code(passed)}` as its scaler, which the migration cannot "
             "follow to a torch GradScaler built in this file; left untouched",
         )
-    note_handed(rules.plan, facts, statement, init, f"{code(target)}: every scaler")
+    note_handed(rules.plan, family, statement, init, f"{code(target)}: every scaler")
     return family, target.attr.value
 
 

@@ -19,9 +19,11 @@ scaler, model)`` of ``steps.py``, the scaler returned by ``amp_setup.setup_amp``
 follows the scaler, model and optimizer through the functions of the joined module
 (:mod:`migrate.split_functions`).
 
-Joined only when it is certain that one module means the same as the files: no top-level
-name is bound in two of the files (other than by the very same import line, or the import
-of a base from its file). A one-line ``from __future__`` import, which must open its module,
+Joined only when it is certain that one module means the same as the files: a top-level
+name bound in two of the files (other than by the very same import line, or the import of
+a base from its file) is spelled apart in each while joined (:mod:`migrate.part_names`),
+or the files are not joined (:func:`join_blocker` says which name blocks). A one-line
+``from __future__`` import, which must open its module,
 is a comment while the files are joined and comes back in its place.
 """
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -37,17 +39,19 @@ import libcst.matchers as m
 from .diagnostics import Diagnostic, FileResult, Rewrite
 from .engine import SCALER_USE, migrate_source
 from .header import add_header
+from .part_names import Clash, private_names, renamed, restore
 from .prefilter import might_use_amp
 
 if TYPE_CHECKING:
     from .project import ImportEdge, ProjectFile
 
-__all__ = ["call_groups", "join_groups", "migrate_joined", "shared_names"]
+__all__ = ["call_groups", "join_blocker", "join_groups", "migrate_joined", "shared_names"]
 
 _MARKER = "__roundpipe_migrate_part__ = {index}  # joined part {index}\n"
 _MARKER_LINE = re.compile(r"^__roundpipe_migrate_part__ = (\d+)  # joined part \d+\n", re.M)
 _FUTURE = re.compile(r"^(from __future__ import [\w, ]+\n)", re.M)
 _FUTURE_KEPT = "# roundpipe-migrate joined: "  # a __future__ import, kept as a comment
+_PRIVATE_LEFT = re.compile(r"__rpm\d")
 _CONSTANT = re.compile(r"^(\w+) = 1  # roundpipe-migrate: microbatches per batch", re.M)
 
 
@@ -135,11 +139,12 @@ def migrate_joined(
     """The results for ``parts`` ((path, source), bases first) analysed as one module;
     None when they cannot be joined soundly. ``joins``: the (file, name) pairs of the
     ``from m import Base`` lines that bind a base from its part."""
-    if not _joinable(parts, joins):
+    names = _private_names(parts, joins)
+    if isinstance(names, str):
         return None
     texts = [
         _MARKER.format(index=index)
-        + _FUTURE.sub(_FUTURE_KEPT + r"\1", source)
+        + _FUTURE.sub(_FUTURE_KEPT + r"\1", renamed(source, names[index]))
         + ("" if source.endswith("\n") else "\n")
         for index, (_, source) in enumerate(parts)
     ]
@@ -154,15 +159,18 @@ def migrate_joined(
         path, local = _locate(parts, offsets, diagnostic.line)
         if path is None:
             return None  # a diagnostic about the joined module itself (RPM116, RPM190)
-        results[path].diagnostics.append(Diagnostic(path, local, diagnostic.col, diagnostic.code, diagnostic.message))
+        message = restore(diagnostic.message, names[[p for p, _ in parts].index(path)])
+        results[path].diagnostics.append(Diagnostic(path, local, diagnostic.col, diagnostic.code, message))
     if not joined.changed:
         return results
     migrated = _cut(joined.migrated, len(parts))
     if migrated is None:
         return None
     constant = _CONSTANT.search(joined.migrated)
-    for (path, source), text in zip(parts, migrated):
-        text = text.replace(_FUTURE_KEPT, "")
+    for (path, source), text, own in zip(parts, migrated, names):
+        text = restore(text.replace(_FUTURE_KEPT, ""), own)
+        if _PRIVATE_LEFT.search(text):
+            return None  # a name the rules made from a private spelling
         if text == source:
             continue
         module = cst.parse_module(text)
@@ -176,10 +184,12 @@ def migrate_joined(
     for rewrite in joined.rewrites:
         path, local = _locate(parts, offsets, rewrite.line)
         if path is not None:
-            results[path].rewrites.append(Rewrite(local, rewrite.description))
+            own = names[[p for p, _ in parts].index(path)]
+            results[path].rewrites.append(Rewrite(local, restore(rewrite.description, own)))
+    every = {private: name for own in names for name, private in own.items()}
     for path in results:
-        results[path].wrapped_models = list(joined.wrapped_models)
-        results[path].handed_classes = list(joined.handed_classes)
+        results[path].wrapped_models = [every.get(model, model) for model in joined.wrapped_models]
+        results[path].handed_classes = [every.get(name, name) for name in joined.handed_classes]
     return results
 
 
@@ -205,26 +215,40 @@ def _defined(tree: Optional[ast.Module]) -> Set[str]:
     return {node.name for node in tree.body if isinstance(node, kinds)} if tree is not None else set()
 
 
-def _joinable(parts: Sequence[Tuple[str, str]], joins: Set[Tuple[str, str]]) -> bool:
-    """No part has a ``__future__`` import over several lines, and no top-level name is
-    bound by two parts other than by identical import lines or by the import of a base
-    from its part."""
-    bound: Dict[str, Tuple[str, str]] = {}  # name -> (part, how: the import line, or "")
-    for path, source in parts:
+def _bindings(
+    parts: Sequence[Tuple[str, str]], joins: Set[Tuple[str, str]]
+) -> Optional[Dict[str, List[Tuple[int, str, int]]]]:
+    """Name -> (part, how: the import line or "", line) for every top-level binding of the
+    parts but the imports of a base from its part; None when a part has a ``__future__``
+    import over several lines."""
+    bound: Dict[str, List[Tuple[int, str, int]]] = {}
+    for index, (path, source) in enumerate(parts):
         tree = ast.parse(source)
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
                 if node.end_lineno != node.lineno or not _FUTURE.search(source):
-                    return False
+                    return None
                 continue
             for name, how in _top_level_names(node, source):
-                if (path, name) in joins:
-                    continue
-                seen = bound.get(name)
-                if seen is not None and (seen[0] != path and (not how or how != seen[1])):
-                    return False
-                bound[name] = (path, how)
-    return True
+                if (path, name) not in joins:
+                    bound.setdefault(name, []).append((index, how, node.lineno))
+    return bound
+
+
+def _private_names(parts: Sequence[Tuple[str, str]], joins: Set[Tuple[str, str]]) -> Union[List[Dict[str, str]], str]:
+    """Per part, the private spellings of its top-level names that another part binds too
+    (:mod:`migrate.part_names`); else why the parts cannot be joined."""
+    bound = _bindings(parts, joins)
+    if bound is None:
+        return "a `from __future__` import over several lines"
+    names = private_names(parts, bound, joins)
+    return names.describe() if isinstance(names, Clash) else names
+
+
+def join_blocker(parts: Sequence[Tuple[str, str]], joins: Set[Tuple[str, str]]) -> Optional[str]:
+    """Why ``parts`` cannot be analysed as one module, else None."""
+    names = _private_names(parts, joins)
+    return names if isinstance(names, str) else None
 
 
 def _top_level_names(node: ast.stmt, source: str) -> List[Tuple[str, str]]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, List, Optional
 import libcst as cst
 import libcst.matchers as m
 
-from .handed_in import constructions, constructor_argument
+from .inherited_init import handed_arguments
 from .plan import Blocked
 from .syntax import code, only_assignment
 
@@ -52,11 +52,10 @@ def lazy_binding(family: "InstanceFamily", writes: List[cst.Attribute]) -> Optio
     if init is None or not isinstance(value, cst.Name) or value.value not in names:
         return None
     try:
-        sites = constructions(facts, family, init)
+        handed = handed_arguments(facts, family, init, value.value)
     except Blocked:
         return None  # a construction the module does not show could hand one in
-    for site in sites:
-        passed = constructor_argument(site, init, value.value)
+    for _, passed in handed:
         if passed is not None and not m.matches(passed, m.Name("None")):
             return None
     return second

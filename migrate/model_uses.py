@@ -6,17 +6,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import Scope
 
+from .gradient_reads import check_gradient_reads
+from .overridden import never_runs
 from .parallel import other_trainer
 from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
+from .shared_parameters import ParameterFeeds
 from .split_step import calls_own_method
 from .state_helpers import state_only_parameter
 from .state_objects import StateField
 from .synchronize import Synchronizations
 from .syntax import code, dotted
+from .weight_writes import check_weight_write
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -41,6 +46,7 @@ class ModelUses:
         self.rules = rules
         self.facts = rules.facts
         self._syncs = Synchronizations(self.facts, rules.plan)
+        self._feeds = ParameterFeeds(self.facts, rules._parameter_for)
         self._called_with_grad: Dict[
             cst.CSTNode, Dict[str, List[cst.Call]]
         ] = {}  # function -> attribute model -> calls
@@ -74,18 +80,20 @@ class ModelUses:
                 if given is not None:  # put in a state object: its reads are the model's
                     queue.append((self.rules.state_objects.field(*given), given[1], 0))
                     continue
+                check_weight_write(self.facts, self.rules.plan, access, name)
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
                     self._plan_attribute(parent, access, name)
                 elif isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_inference_call(access, name)
                 elif isinstance(parent, cst.Arg):
-                    if self._hand_to_state_helper(parent, access, name):
+                    if self._hand_to_state_helper(parent, access, name) or self._saved_whole(parent, access, name):
                         continue
                     self._check_handed_over(parent, access)
-                    target = self._parameter_target(parent)
+                    target = self._parameter_target(parent) or self._method_target(parent)
                     if target is not None:
-                        queue.append(target)
+                        self._feeds.record(parent, *target[3:], target[1])
+                        queue.append(target[:3])
                 elif isinstance(parent, cst.Assign) and parent.value is access:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
                 else:  # `return model, optimizer` of a setup function: its callers' names
@@ -94,6 +102,8 @@ class ModelUses:
                 self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
         self._check_steps_reach_one_model()
+        self._feeds.check(self.rules.plan.edits)
+        check_gradient_reads(self.facts, self.rules.plan)
 
     def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
         """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""
@@ -128,6 +138,21 @@ class ModelUses:
             )
         )
         self._syncs.before(access, name, "before a checkpoint helper of another file")
+        return True
+
+    def _saved_whole(self, arg: cst.Arg, access: cst.BaseExpression, name: str) -> bool:
+        """``torch.save(model, path)`` pickles the whole module: it gets the wrapped module
+        (``model.model``, what the original saved) after a synchronize."""
+        call = self.facts.parent(arg)
+        if not (isinstance(call, cst.Call) and call.args and call.args[0] is arg and arg.value is access):
+            return False
+        if not self.facts.calls_any(call, {"torch.save", "torch.serialization.save"}):
+            return False
+        self.rules.plan.edits.replace_expression(
+            access, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
+        )
+        self.rules.plan.rewrites.append((call, f"torch.save({name}) -> torch.save({name}.model): the wrapped module"))
+        self._syncs.before(access, name, _BEFORE_USE)
         return True
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.BaseExpression) -> None:
@@ -204,6 +229,8 @@ class ModelUses:
         for call in self.facts.backward_calls:
             if any(a in steps for a in self.facts.ancestors(call)) or calls_own_method(self.rules, call):
                 continue
+            if never_runs(self.rules, call):
+                continue  # a base's step that every class built overrides (migrate.overridden)
             raise Blocked(
                 call,
                 "RPM115",
@@ -259,6 +286,26 @@ class ModelUses:
             if found is not None:
                 raise Blocked(found[0], "RPM107", found[1])
 
-    def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int]]:
+    def _parameter_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int, cst.FunctionDef]]:
         fed = self.rules.parameter_fed_by(arg)
-        return (*fed, 0) if fed is not None else None
+        function = self.facts.local_function(self.facts.parent(arg))
+        return (*fed, 0, function) if fed is not None and function is not None else None
+
+    def _method_target(self, arg: cst.Arg) -> Optional[Tuple[Scope, str, int, cst.FunctionDef]]:
+        """``self.weights_of(model)``: the parameter of the method of the enclosing class
+        that ``arg`` feeds (the model is followed into it as into a function), else None."""
+        call = self.facts.parent(arg)
+        klass = self.facts.enclosing(arg, (cst.ClassDef,))
+        if not (isinstance(call, cst.Call) and m.matches(call.func, m.Attribute(value=m.Name("self"))) and klass):
+            return None
+        assert isinstance(call.func, cst.Attribute)
+        wanted = call.func.attr.value
+        methods = [s for s in klass.body.body if isinstance(s, cst.FunctionDef) and s.name.value == wanted]
+        if len(methods) != 1 or not methods[0].body.body:
+            return None
+        try:
+            parameter = self.rules._parameter_for(call, methods[0], arg)
+        except Blocked:
+            return None
+        scope = self.facts.scope(methods[0].body.body[0])
+        return (scope, parameter, 0, methods[0]) if scope is not None else None

@@ -1,4 +1,4 @@
-"""Optimizer wrapper classes that own the scaler (fairseq's AMP optimizers, in spirit).
+"""The refusal of optimizer wrapper classes handed their scaler (fairseq's AMP optimizers, in spirit).
 
 The shape: a class holding a GradScaler on ``self`` next to the torch optimizer it wraps,
 behind an optimizer-like interface the training loop calls in turn::
@@ -7,11 +7,11 @@ behind an optimizer-like interface the training loop calls in turn::
     grad_norm = optimizer.clip_grad_norm(c)  # self._grad_scaler.unscale_(...); clip_grad_norm_(...)
     optimizer.step()                         # self._grad_scaler.step(...); self._grad_scaler.update()
 
-In RoundPipe the gradients reach the optimizer copies only inside ``model.step``, so the
-optimizer work of several methods, called one after the other from the caller's thread, has
-no one place to go: a norm that ``clip_grad_norm()`` returns before ``step()`` runs does not
-exist yet where it is asked for. No RoundPipe-aware version of such a class is generated;
-:func:`split_step_reason` names the methods in the refusal, so the user sees what to merge.
+A class that builds its GradScaler in ``__init__`` is migrated as a whole
+(:mod:`migrate.optimizer_wrapper_class`). One handed its scaler from outside
+(``self.scaler = scaler``) is not: the scaler is built and may be used elsewhere, so the
+class's methods are not the only code that steps it. :func:`split_step_reason` names the
+methods in that refusal.
 """
 
 from __future__ import annotations
@@ -61,9 +61,8 @@ def split_step_reason(builder: "StepBuilder", function: cst.FunctionDef) -> Opti
     stepping = ", ".join(f"{name}()" for name in steps)
     return (
         f" ({owner.name.value} is an optimizer wrapper: the training loop calls {function.name.value}(), "
-        f"then {between}{stepping} (steps through {builder.scaler}) in turn; in RoundPipe the gradients "
-        "reach the optimizer copies only inside model.step, so that work must run in one step function, "
-        "and a value returned before the step (a clipped norm) would not exist yet; no RoundPipe-aware "
-        "version of this class is generated: migrate it by hand, e.g. with one model.step in "
-        f"{stepping} running unscale_, clipping and {builder.scaler}.step)"
+        f"then {between}{stepping} (steps through {builder.scaler}) in turn; such a class is migrated as a "
+        f"whole when it builds its GradScaler in __init__ (`{builder.scaler} = GradScaler(...)`), but this one "
+        "is handed its scaler from outside, which other code may use too; build the scaler in the class, or "
+        "migrate by hand)"
     )

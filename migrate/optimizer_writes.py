@@ -72,7 +72,10 @@ def optimizer_writes(
     in source order: the outermost
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
-    a call of one of the ``trainers``, the functions holding the migrated steps)."""
+    a call of one of the ``trainers``, the functions holding the migrated steps), or calls
+    any other method of its scheduler (``scheduler.get_last_lr()`` reads what the step
+    function's ``scheduler.step()`` writes) or of an object built with the optimizer
+    (``policy = WarmupPolicy(optimizer, ...)``; ``policy.step_update(n)`` writes its groups)."""
     found: List[cst.BaseStatement] = []
 
     def reads_param_groups(node: cst.CSTNode) -> bool:
@@ -89,6 +92,10 @@ def optimizer_writes(
                 return True
             owner = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
             if owner is not None and call.func.attr.value == "step" and is_scheduler(owner, line):  # type: ignore[attr-defined]
+                return True
+            if owner is not None and (
+                _reads_scheduler(is_scheduler, owner, line) or _built_with(facts, owner, line, optimizer)
+            ):
                 return True
             if any(dotted(arg.value) == optimizer for arg in call.args) and not (
                 isinstance(call.func, cst.Name) and call.func.value in trainers
@@ -110,3 +117,48 @@ def optimizer_writes(
 
     facts.walk(root, visit)
     return found
+
+
+def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: str, line: cst.CSTNode) -> bool:
+    """``owner`` (the receiver of a method call on ``line``) is the optimizer's scheduler; a
+    receiver the file does not bind is not one."""
+    try:
+        return is_scheduler(owner, line)
+    except Blocked:
+        return False
+
+
+def _built_with(facts: ModuleFacts, owner: str, line: cst.CSTNode, optimizer: str) -> bool:
+    """``owner`` is a name of ``line``'s scope bound only by calls that are given
+    ``optimizer`` (``policy = WarmupPolicy(optimizer, base_lr)``): an object that may write
+    the optimizer's state whenever one of its methods runs."""
+    scope = facts.scope(line)
+    if not owner.isidentifier() or scope is None:
+        return False
+    targets = [facts.parent(getattr(a, "node", None)) for a in scope[owner]]
+    assigns = [facts.parent(t) for t in targets if isinstance(t, cst.AssignTarget)]
+    if len(assigns) != len(targets) or not assigns:
+        return False  # also bound another way (a parameter, a loop, an import)
+    return all(
+        isinstance(a, cst.Assign)
+        and isinstance(a.value, cst.Call)
+        and any(dotted(arg.value) == optimizer for arg in a.value.args)
+        and not _builds_a_trainer(facts, a.value)
+        for a in assigns
+    )
+
+
+def _builds_a_trainer(facts: ModuleFacts, call: cst.Call) -> bool:
+    """``call`` builds an instance of a class of this module that runs a backward (a trainer
+    given the optimizer, ``Trainer(model, optimizer)``): its methods train, they are not
+    optimizer writes to order after the step."""
+    scope = facts.scope(call)
+    if not isinstance(call.func, cst.Name) or scope is None:
+        return False
+    bound = [getattr(a, "node", None) for a in scope[call.func.value]]
+    classes = [node for node in bound if isinstance(node, cst.ClassDef)]
+    return any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
+        for klass in classes
+        for c in facts.subtree(klass, cst.Call)
+    )

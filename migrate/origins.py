@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
-from .handed_in import constructions, constructor_argument, constructor_parameter
+from .handed_in import constructor_parameter
+from .inherited_init import handed_arguments
+from .method_calls import check_passing_caller, method_call_sites
 from .names import argument_for
 from .plan import Binding, Blocked
 from .syntax import only_assignment
@@ -47,23 +49,29 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     function = facts.function_of(binding.scope)
     if function is None or depth > _MAX_DEPTH:
         raise Blocked(at, "RPM108", f"cannot follow {name!r} to where it is built")
-    sites = facts.call_sites(function)
+    method_sites = method_call_sites(rules, function)  # `self.train_step(batch, self.optimizer)`
+    sites = facts.call_sites(function) if method_sites is None else method_sites
     if not sites:
         raise Blocked(
             function,
             "RPM108",
             f"{function.name.value}() is not called in this file; its model/optimizer cannot be followed",
         )
-    return _passed(rules, name, [(site, argument_for(site, function, name)) for site in sites], depth)
+    skipped = 0 if method_sites is None else 1
+    passed = [(site, argument_for(site, function, name, skipped)) for site in sites]
+    for site, value in passed if method_sites is not None else ():
+        if isinstance(value, cst.Name):
+            check_passing_caller(rules, site, function, value)
+    return _passed(rules, name, passed, depth)
 
 
 def _through_constructions(
     rules: "TorchAmpRules", binding: Binding, init: cst.FunctionDef, param: str, depth: int
 ) -> List[Binding]:
     """The origins of an attribute bound from ``init``'s ``param``: what every
-    construction of the class passes for it (:mod:`migrate.handed_in`)."""
-    sites = constructions(rules.facts, binding.scope, init)  # type: ignore[arg-type]
-    return _passed(rules, param, [(site, constructor_argument(site, init, param)) for site in sites], depth)
+    construction of the class (or of a subclass handing it on) passes for it
+    (:mod:`migrate.handed_in`, :mod:`migrate.inherited_init`)."""
+    return _passed(rules, param, handed_arguments(rules.facts, binding.scope, init, param), depth)  # type: ignore[arg-type]
 
 
 def _passed(
@@ -74,8 +82,11 @@ def _passed(
     found: List[Binding] = []
     for site, value in passed:
         held = rules.state_objects.reference(value)  # `train(state.model, state.optimizer)`
+        attribute = rules.attributes.reference(value) if isinstance(value, cst.Attribute) else None
         if isinstance(value, cst.Name):
             reached = origins(rules, value.value, site, depth + 1)
+        elif attribute is not None:  # `self.train_step(batch, self.optimizer)`
+            reached = origins(rules, attribute, site, depth + 1)
         elif held is not None:
             reached = [rules.binding(held, site)]
         elif isinstance(value, cst.Call) and isinstance(facts.statement_of(site), cst.SimpleStatementLine):

@@ -8,7 +8,7 @@ file where such a wrapper is built from the model (before or after the RoundPipe
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
+from typing import Optional, Set, Tuple
 
 import libcst as cst
 
@@ -16,7 +16,7 @@ from .names import PARALLEL_WRAPPERS, ModuleFacts
 
 __all__ = ["parallel_call", "other_trainer"]
 
-_EMA = re.compile(r"(?:^|_)ema(?:_|\d|$)|Ema|EMA")
+_EMA = re.compile(r"(?:^|_)ema(?:_|\d|$)|Ema|EMA|MovingAverage|Averaged")
 
 _OTHER_TRAINERS = {
     "torch.compile": "torch.compile builds a second model object from it",
@@ -45,7 +45,7 @@ def parallel_call(
 def other_trainer(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[str, str]]:
     """(diagnostic code, why) when handing the model to ``call`` makes another trainer of
     it (RPM101 for DDP/DataParallel, RPM114 otherwise), else None."""
-    names = facts.qualified(call.func)
+    names = facts.qualified(call.func) | _local_class_bases(facts, call)
     for name in names:
         if name in _OTHER_TRAINERS:
             return "RPM114", _OTHER_TRAINERS[name]
@@ -55,3 +55,14 @@ def other_trainer(facts: ModuleFacts, call: cst.Call) -> Optional[Tuple[str, str
     if _EMA.search(str(callee)):
         return "RPM114", "an EMA copy built from it would follow the old module"
     return None
+
+
+def _local_class_bases(facts: ModuleFacts, call: cst.Call) -> Set[str]:
+    """The qualified names of the bases of the class of this module that ``call`` builds
+    (``class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel)``), else none."""
+    scope = facts.scope(call)
+    if not isinstance(call.func, cst.Name) or scope is None:
+        return set()
+    bound = [getattr(a, "node", None) for a in scope[call.func.value]]
+    classes = [node for node in bound if isinstance(node, cst.ClassDef)]
+    return {name for klass in classes for base in klass.bases for name in facts.qualified(base.value)}

@@ -32,7 +32,8 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
-from .joined_classes import call_groups, join_groups, migrate_joined, shared_names
+from .joined_classes import call_groups, join_blocker, join_groups, migrate_joined, shared_names
+from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
@@ -162,12 +163,13 @@ def _migrate_joined_classes(
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
             continue  # step helpers joined with their caller: taken only when the whole step migrates
         if joined is None:
+            blocker = join_blocker([(p, files[p].source) for p in group], shared_names(files, group))
             for path, name in handed:  # its constructions there are not followed: unchanged
                 _refuse(
                     results[path],
                     1,
-                    f"{name}() is built in {group[-1]}, which cannot be analysed with this file (it binds a "
-                    "top-level name differently), so what it hands the class "
+                    f"{name}() is built in {group[-1]}, which cannot be analysed with this file "
+                    f"({blocker or 'the joined analysis failed'}), so what it hands the class "
                     "is not followed; file left unchanged",
                 )
             continue
@@ -543,6 +545,7 @@ def wrapper_contexts(
         key
         for key in (_wrapper_classes(files) if found is None else found)
         if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
+        or is_optimizer_like(_class(files[key[0]], key[1]))
     }
     libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
     if not wrappers and not any(libraries.values()):
@@ -550,6 +553,8 @@ def wrapper_contexts(
     classes: Dict[str, Set[str]] = {}
     built: Dict[str, Set[str]] = {}
     instance_params: Dict[str, Set[Tuple[str, str]]] = {}
+    optimizer_like: Dict[str, Set[str]] = {}
+    optimizer_params: Dict[str, Set[Tuple[str, str]]] = {}
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -559,8 +564,10 @@ def wrapper_contexts(
             continue
         if bound:
             classes[path] = set(bound)
+            optimizer_like[path] = {b for b, (t, d) in bound.items() if is_optimizer_like(_class(files[t], d))}
         built_from = _instances(project_file.tree, set(bound) | library)
         instances = set(built_from)
+        optimizer_instances = {n for n, c in built_from.items() if c in optimizer_like.get(path, ())}
         for name in set(built_from.values()) & set(bound):
             target, defined = bound[name]
             built.setdefault(target, set()).add(defined)
@@ -570,15 +577,18 @@ def wrapper_contexts(
                 continue
             params = [a.arg for a in function.args.args]
             for call in _calls_of(project_file.tree, name):
-                fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, instances)]
-                fed += [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, instances)]
+                fed = _fed_params(call, params, instances)
                 instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
+                fed = _fed_params(call, params, optimizer_instances)
+                optimizer_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
     paths = set(classes) | set(built) | set(instance_params)
     return {
         path: WrapperContext(
             classes=frozenset(classes.get(path, ())),
             built_elsewhere=frozenset(built.get(path, ())),
             instance_params=frozenset(instance_params.get(path, ())),
+            optimizer_like=frozenset(optimizer_like.get(path, ())),
+            optimizer_params=frozenset(optimizer_params.get(path, ())),
         )
         for path in sorted(paths)
     }
@@ -655,6 +665,12 @@ def _dotted(node: ast.expr) -> Optional[str]:
     return None
 
 
+def _fed_params(call: ast.Call, params: List[str], names: Set[str]) -> List[str]:
+    """The ``params`` of the callee that ``call`` gives one of ``names``."""
+    fed = [params[i] for i, a in enumerate(call.args) if i < len(params) and _is_name_in(a, names)]
+    return fed + [k.arg for k in call.keywords if k.arg in params and _is_name_in(k.value, names)]
+
+
 def _is_name_in(node: ast.expr, names: Set[str]) -> bool:
     return isinstance(node, ast.Name) and node.id in names
 
@@ -690,7 +706,7 @@ def _name_wrapper_users(
                         1,
                         "RPM111",
                         (
-                            f"uses the loss-scaler wrapper {used[0]} ({edge.target}:{line}), which the "
+                            f"uses the wrapper class {used[0]} ({edge.target}:{line}), which the "
                             "migration does not rewrite; migrate its training step by hand"
                         ),
                     )

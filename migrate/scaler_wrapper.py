@@ -45,13 +45,16 @@ as for every wrapped model).
 
 A class that holds a GradScaler on ``self`` and defines ``__call__`` but does anything else
 is refused precisely (RPM111). A class already in this form (``roundpipe.GradScaler``) is
-left alone. Pure source analysis: never imports torch.
+left alone. Optimizer wrapper classes (no ``__call__``; ``backward``/``step``/``zero_grad``
+methods, fairseq's shape) are recognised and planned by :mod:`migrate.optimizer_wrapper_class`;
+their constructions and instances are handled here like a loss-scaler wrapper's. Pure source
+analysis: never imports torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -59,6 +62,13 @@ from libcst.metadata import Assignment, Scope
 from libcst.metadata.scope_provider import LocalScope
 
 from .names import SCALER_STATE_METHODS
+from .optimizer_wrapper_class import (
+    OptimizerWrapperClass,
+    check_instance_uses,
+    order_handed_optimizer_writes,
+    plan_optimizer_wrapper,
+    recognise_optimizer_wrapper,
+)
 from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
@@ -88,11 +98,14 @@ class WrapperContext:
     ``classes``: names bound in this file to wrapper classes of another file;
     ``built_elsewhere``: wrapper classes defined here and built in another file;
     ``instance_params``: ``(function, parameter)`` of this file that another file feeds a
-    wrapper instance."""
+    wrapper instance; ``optimizer_like`` and ``optimizer_params``: those of ``classes`` and
+    ``instance_params`` that are optimizer wrappers (:mod:`migrate.optimizer_wrapper_class`)."""
 
     classes: FrozenSet[str] = frozenset()
     built_elsewhere: FrozenSet[str] = frozenset()
     instance_params: FrozenSet[Tuple[str, str]] = frozenset()
+    optimizer_like: FrozenSet[str] = frozenset()  # of ``classes``: the optimizer wrappers
+    optimizer_params: FrozenSet[Tuple[str, str]] = frozenset()  # of ``instance_params``: fed one of those
 
 
 @dataclass
@@ -127,21 +140,27 @@ class ScalerWrappers:
 
     # --------------------------------------------------------------------- classes
     def run(self) -> None:
-        wrappers: Dict[str, WrapperClass] = {}
+        wrappers: Dict[str, Union[WrapperClass, OptimizerWrapperClass]] = {}
         for node in self.facts.subtree(self.facts.module, cst.ClassDef):
-            found = self._recognise(node)
+            found = self._recognise(node) or recognise_optimizer_wrapper(self, node)
             if found is not None:
                 wrappers[node.name.value] = found
         built = self._plan_users(set(wrappers) | set(self.context.classes))
+        defined = {n: w.node for n, w in wrappers.items() if isinstance(w, OptimizerWrapperClass)}
+        check_instance_uses(self, set(defined) | set(self.context.optimizer_like), defined)
         for name, wrapper in wrappers.items():
+            kind = "loss-scaler" if isinstance(wrapper, WrapperClass) else "optimizer"
             if name not in built and name not in self.context.built_elsewhere:
                 raise Blocked(
                     wrapper.node,
                     "RPM111",
-                    f"loss-scaler wrapper {name} is migrated together with the code that builds it, "
+                    f"{kind} wrapper {name} is migrated together with the code that builds it, "
                     "which is not among the given files; run the tool on the whole project",
                 )
-            self._plan_class(wrapper)
+            if isinstance(wrapper, WrapperClass):
+                self._plan_class(wrapper)
+            else:
+                plan_optimizer_wrapper(self, wrapper)
 
     def _recognise(self, node: cst.ClassDef) -> Optional[WrapperClass]:
         """The wrapper in ``node``, None when it is not a scaler wrapper or is one already
@@ -379,20 +398,7 @@ class ScalerWrappers:
         edits = self.plan.edits
         for constructor in wrapper.constructors:
             rewrite_constructor(self.rules, constructor, self.facts.scaler_kind(constructor))
-        taken = {a.attr.value for a in self._self_attributes(wrapper.node)}
-        model = "_model" if "_model" not in taken else "_roundpipe_model"
-        init_params = wrapper.init.params
-
-        def add_parameter(updated: cst.Parameters) -> cst.Parameters:
-            star = updated.star_arg if isinstance(updated.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
-            return updated.with_changes(
-                star_arg=star, kwonly_params=[*updated.kwonly_params, cst.Param(cst.Name("model"))]
-            )
-
-        edits.replace_expression(init_params, add_parameter)
-        init_body = wrapper.init.body
-        first = 1 if _is_docstring(list(init_body.body)[0]) else 0
-        edits.insert_before(init_body, first, [cst.parse_statement(f"self.{model} = model\n")])
+        model = self.give_model(wrapper.node, wrapper.init)
         moved = list(wrapper.block.body)[wrapper.start : wrapper.update]
         self.plan.step_statements.update(n for s in moved for n in self.facts.subtree(s, cst.BaseStatement))
         step_fn = self.plan.fresh("_step_fn")
@@ -429,6 +435,24 @@ class ScalerWrappers:
             )
         )
 
+    def give_model(self, node: cst.ClassDef, init: cst.FunctionDef) -> str:
+        """Plan ``__init__(..., *, model)`` storing the RoundPipe model on ``self``; return
+        the attribute holding it (``_model``, or ``_roundpipe_model`` where the class uses
+        that name already)."""
+        taken = {a.attr.value for a in self._self_attributes(node)}
+        model = "_model" if "_model" not in taken else "_roundpipe_model"
+
+        def add_parameter(updated: cst.Parameters) -> cst.Parameters:
+            star = updated.star_arg if isinstance(updated.star_arg, (cst.Param, cst.ParamStar)) else cst.ParamStar()
+            return updated.with_changes(
+                star_arg=star, kwonly_params=[*updated.kwonly_params, cst.Param(cst.Name("model"))]
+            )
+
+        self.plan.edits.replace_expression(init.params, add_parameter)
+        first = 1 if _is_docstring(list(init.body.body)[0]) else 0
+        self.plan.edits.insert_before(init.body, first, [cst.parse_statement(f"self.{model} = model\n")])
+        return model
+
     # ------------------------------------------------------------ emit: users
     def _plan_users(self, classes: Set[str]) -> Set[str]:
         """Plan every construction of the ``classes`` in this module and every call of the
@@ -458,6 +482,9 @@ class ScalerWrappers:
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_instance_call(parent)
+                elif isinstance(parent, cst.Attribute) and parent.attr.value == "backward":
+                    # `optimizer.backward(loss)` of an optimizer wrapper: the backward of its step
+                    self.plan.backward_statements.add(self.facts.statement_of(parent))
                 elif isinstance(parent, cst.Arg):
                     target = self.rules.parameter_fed_by(parent)
                     if target is not None:
@@ -512,6 +539,7 @@ class ScalerWrappers:
         if any(a.keyword is not None and a.keyword.value == "model" for a in call.args):
             return scope, name
         model = self._model_of_scope(call, scope)
+        order_handed_optimizer_writes(self, call, model)
         added = [("model", model)] + ([("is_async", "False")] if library and self.rules.exact else [])
 
         def build(updated: cst.Call) -> cst.Call:

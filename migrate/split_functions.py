@@ -16,7 +16,9 @@ written, only the optimizer function's step group becomes ``model.step(_step_fn)
 ``grad_scaler.update()``.
 
 What makes it certain: the backward ends a top-level function whose scaler is a parameter;
-exactly one other top-level function steps a parameter of the same name, in one recognised
+exactly one other top-level function steps a parameter of the same name (or, when none
+does, one steps a parameter of another name used as a scaler, ``grad_scaler.step(optimizer)``
+and ``grad_scaler.update()`` beside ``backward_step(loss, amp_scaler)``), in one recognised
 step group; both functions are only ever called by name (never handed around as values), and
 every call of either passes the very same scaler binding; the model the step function trains
 is, in the optimizer function, a parameter fed with that model at every call; and no
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
+from .aliases import spellings
 from .names import argument_for
 from .optimizer_writes import optimizer_writes
 from .plan import Binding, Blocked
@@ -44,11 +47,14 @@ if TYPE_CHECKING:
 __all__ = ["detached_function_group", "plan_detached_function"]
 
 _CODE = "RPM106"
+#: Methods only a scaler has, of those a step helper calls.
+_SCALER_OWN = ("update", "unscale_", "scale", "get_scale")
 
 
 def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
     """The step group of the one other top-level function that steps a parameter named like
-    the backward's scaler parameter, when the backward ends its function; else None.
+    the backward's scaler parameter (or, when none does, one named otherwise: the builder
+    then follows the scaler under that name), when the backward ends its function; else None.
 
     Raises :class:`Blocked` (RPM106) when such a function exists but the two cannot be shown
     to be handed the same scaler."""
@@ -57,23 +63,43 @@ def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
         return None
     if not _is_parameter(backward_function, step.scaler):
         return None
-    stepping = [
-        (function, call)
-        for function in _top_level_functions(step)
-        if function is not backward_function and _is_parameter(function, step.scaler)
-        for call in step.facts.subtree(function, cst.Call)
-        if method_call(call, step.scaler, "step")
-    ]
+    stepping = _stepping(step, backward_function, step.scaler)
+    if not stepping:  # a scaler named otherwise: the one handed the same scaler, if several
+        others = _stepping(step, backward_function, None)
+        stepping = others if len(others) == 1 else [f for f in others if _same_scaler(step, backward_function, *f)]
     if len(stepping) != 1:
         return None
-    function, call = stepping[0]
+    function, call, scaler = stepping[0]
     if not isinstance(function.body, cst.IndentedBlock):
         return None
+    named = step.scaler, step.scaler_spellings
+    if scaler != step.scaler:  # `backward_step(loss, amp_scaler)`, `optimizer_step(opt, grad_scaler, model)`
+        step.scaler, step.scaler_spellings = scaler, spellings(step.facts, scaler, function.body.body[0])
     found, _ = step.step_group_after(function.body, list(function.body.body), -1)
     if found is None or not any(step.facts.within(call, s) for s in found.statements):
+        step.scaler, step.scaler_spellings = named
         return None
-    _require_same_scaler(step, backward_function, function)
+    _require_same_scaler(step, backward_function, named[0], function, scaler)
     step.step_site = found.statements[0]
+    return found
+
+
+def _stepping(
+    step: "StepBuilder", backward_function: cst.FunctionDef, scaler: Optional[str]
+) -> List[Tuple[cst.FunctionDef, cst.Call, str]]:
+    """(function, its ``p.step(optimizer)`` call, ``p``) for the other top-level functions
+    stepping a parameter ``p`` named ``scaler`` (None: any parameter that the function
+    also calls a scaler's own method on, ``update``, ``unscale_``, ``scale``, ``get_scale``)."""
+    found = []
+    for function in _top_level_functions(step):
+        calls = step.facts.subtree(function, cst.Call) if function is not backward_function else []
+        for param in function.params.params:
+            name = param.name.value
+            if scaler not in (None, name):
+                continue
+            if scaler is None and not any(method_call(c, name, own) for c in calls for own in _SCALER_OWN):
+                continue
+            found += [(function, call, name) for call in calls if method_call(call, name, "step")]
     return found
 
 
@@ -119,10 +145,25 @@ def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
     return name in {p.name.value for p in function.params.params}
 
 
-def _require_same_scaler(step: "StepBuilder", first: cst.FunctionDef, second: cst.FunctionDef) -> None:
-    """Both functions are called by name only, and every call passes the same scaler."""
-    scaler = step.rules.constructed(step.scaler, first.body.body[0])
-    _require_same_caller_binding(step, second, step.scaler, scaler)
+def _same_scaler(
+    step: "StepBuilder", backward_function: cst.FunctionDef, function: cst.FunctionDef, _: cst.Call, name: str
+) -> bool:
+    """Every call of ``function`` hands it, as ``name``, the scaler the backward's function
+    is handed (a parameter of another name stepped: the same scaler, or another object)."""
+    try:
+        _require_same_scaler(step, backward_function, step.scaler, function, name)
+    except Blocked:
+        return False
+    return True
+
+
+def _require_same_scaler(
+    step: "StepBuilder", first: cst.FunctionDef, first_name: str, second: cst.FunctionDef, name: str
+) -> None:
+    """Both functions are called by name only, and every call passes the same scaler (as
+    ``first_name`` of ``first``, ``name`` of ``second``)."""
+    scaler = step.rules.constructed(first_name, first.body.body[0])
+    _require_same_caller_binding(step, second, name, scaler)
     for function in (first, second):
         scope = step.facts.scope(function)
         accesses = step.facts.accesses(function.name.value, scope) if scope is not None else []

@@ -216,7 +216,7 @@ class GradScaler(torch.amp.GradScaler):
         self._records: List[_Iteration] = [self._current]
         self._catch_up_through: Optional[int] = None
         if self._enabled:
-            optim_stream.add_launch_hook(self._before_optimizer_launch)
+            optim_stream.add_launch_hook(self, type(self)._before_optimizer_launch)
 
     # ------------------------------------------------------------------ thread plumbing
     def _caller_iteration(self) -> _Iteration:
@@ -290,21 +290,17 @@ class GradScaler(torch.amp.GradScaler):
             return self._main_scale()
         return record.scale
 
-    def _require_scale(self, record: _Iteration, funcname: str) -> torch.Tensor:
+    def _require_scale(self, record: _Iteration, funcname: str, in_job: bool = False) -> torch.Tensor:
+        """The scale of ``record`` for ``funcname``; ``AssertionError`` (torch's text) when the
+        scaler or that iteration has none. ``in_job``: the caller runs inside an optimizer
+        job for ``record``, whose scale the launch hook fixed before the job was queued or
+        run inline, so it is read off the record without asking which thread this is (what
+        :meth:`_scale_for` returns there)."""
         self._check_scale_growth_tracker(funcname)
-        scale = self._scale_for(record)
+        scale = record.scale if in_job else self._scale_for(record)
         if scale is None:
             raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
         return scale
-
-    def _job_scale(self, record: _Iteration, funcname: str) -> torch.Tensor:
-        """Inside an optimizer job: the scale of the job's iteration ``record``, which the
-        launch hook fixed before the job was queued or run inline (what :meth:`_scale_for`
-        returns there, without asking which thread this is)."""
-        self._check_scale_growth_tracker(funcname)
-        if record.scale is None:
-            raise AssertionError(f"Attempted {funcname} but _scale is None.  {_FIX_HINT}")
-        return record.scale
 
     @staticmethod
     def _run_on_optimizer_thread(reason: str, fn: Any, *args: Any) -> Any:
@@ -417,7 +413,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _unscale_inline(self, optimizer: torch.optim.Optimizer) -> None:
         record = self._caller_iteration()
-        scale = self._job_scale(record, "unscale_")
+        scale = self._require_scale(record, "unscale_", in_job=True)
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.UNSCALED:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
@@ -451,7 +447,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _step_inline(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> Optional[Any]:
         record = self._caller_iteration()
-        scale = self._job_scale(record, "step")
+        scale = self._require_scale(record, "step", in_job=True)
         state = record.states[id(optimizer)]
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
@@ -562,7 +558,8 @@ class GradScaler(torch.amp.GradScaler):
             # waited for, so its result applies now and the record retires at once (what
             # _apply_ready_records would do, without its bookkeeping).
             self._records = [self._current]
-            self._absorb_settings(current)
+            if current.settings:
+                self._absorb_settings(current)
             current.applied = True
             error = self._apply_record(current)
             if error is not None:

@@ -138,6 +138,7 @@ class _OptimizerStream:
         # manager, cheaper than the Condition's Python one); waits and notifies use ``_cond``.
         self._mutex = threading.RLock()
         self._cond = threading.Condition(self._mutex)
+        self._sleepers = 0  # threads in a wait on ``_cond`` (see _sleep): a notify wakes them
         self._queue: "queue.SimpleQueue[Job]" = queue.SimpleQueue()
         self._launched = 0
         self._completed = 0
@@ -183,7 +184,7 @@ class _OptimizerStream:
             with self._cond:
                 while self._running is not None:
                     # An inline call (see call()) holds the stream; it notifies when done.
-                    self._cond.wait()
+                    self._sleep()
                 cancel = self._failure is not None or job.seq <= self._cancel_through
                 if cancel:
                     job.cancelled = True
@@ -236,7 +237,7 @@ class _OptimizerStream:
     def _check_launcher(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError(f"optimizer job must be callable, got {type(fn).__name__}")
-        if self.is_worker():
+        if getattr(self._local, "is_worker", False):  # is_worker(), on every launch and call
             raise RuntimeError(
                 "cannot launch optimizer-stream work from the optimizer thread itself; "
                 "call the function directly instead"
@@ -299,7 +300,8 @@ class _OptimizerStream:
                 self._running = None
                 self._completed = job.seq
                 self._waited = max(self._waited, job.seq)
-                self._cond.notify_all()
+                if self._sleepers:
+                    self._cond.notify_all()
             if cuda is not None and cuda.done is not None:
                 torch.cuda.current_stream(cuda.device).wait_event(cuda.done)
 
@@ -313,7 +315,7 @@ class _OptimizerStream:
         try:
             with self._cond:
                 while self._completed < seq:
-                    self._cond.wait(_POLL_SECONDS)
+                    self._sleep(_POLL_SECONDS)
                     if self._completed < seq and not self._worker_alive():
                         raise RuntimeError(f"the optimizer thread has died while waiting for {reason}")
                 self._waited = max(self._waited, seq)
@@ -378,10 +380,22 @@ class _OptimizerStream:
     def finished_within(self, seq: int, seconds: float) -> bool:
         """Whether job ``seq`` finishes within ``seconds`` (does not deliver errors)."""
         with self._cond:
-            return (
-                self._cond.wait_for(lambda: self._completed >= seq or not self._worker_alive(), seconds)
-                and self._completed >= seq
-            )
+            self._sleepers += 1
+            try:
+                finished = self._cond.wait_for(lambda: self._completed >= seq or not self._worker_alive(), seconds)
+            finally:
+                self._sleepers -= 1
+            return finished and self._completed >= seq
+
+    def _sleep(self, timeout: Optional[float] = None) -> None:
+        """Wait on ``_cond`` (its lock held), counted in ``_sleepers``, so that the end of
+        an inline call, which happens on every idle-stream ``call``, notifies only when
+        a thread is waiting (no wake-up is lost: both sides hold the lock)."""
+        self._sleepers += 1
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self._sleepers -= 1
 
     def describe_unfinished(self) -> str:
         with self._cond:
@@ -416,17 +430,19 @@ def _add_note(exc: BaseException, note: str) -> None:
 _STREAM: Optional[_OptimizerStream] = None
 _STREAM_LOCK = threading.Lock()
 # Replaced, never mutated: a launch reads it without the lock.
-_LAUNCH_HOOKS: Tuple["weakref.WeakMethod[Callable[[], None]]", ...] = ()
+# Each hook is (a weak reference to its owner, the function to call with the owner): a
+# launch calls it without the Python-level call a WeakMethod would add.
+_LAUNCH_HOOKS: Tuple[Tuple["weakref.ref[Any]", Callable[[Any], None]], ...] = ()
 
 
 def _run_launch_hooks() -> None:
     dead = False
-    for ref in _LAUNCH_HOOKS:
-        hook = ref()
-        if hook is None:
+    for owner_ref, hook in _LAUNCH_HOOKS:
+        owner = owner_ref()
+        if owner is None:
             dead = True
         else:
-            hook()
+            hook(owner)
     if dead:
         _prune_launch_hooks()
 
@@ -434,7 +450,7 @@ def _run_launch_hooks() -> None:
 def _prune_launch_hooks() -> None:
     global _LAUNCH_HOOKS
     with _STREAM_LOCK:
-        _LAUNCH_HOOKS = tuple(ref for ref in _LAUNCH_HOOKS if ref() is not None)
+        _LAUNCH_HOOKS = tuple(entry for entry in _LAUNCH_HOOKS if entry[0]() is not None)
 
 
 def _stream() -> _OptimizerStream:
@@ -532,7 +548,8 @@ def call(fn: Callable[..., Any], *args: Any, reason: Optional[str] = None) -> An
     launched and waited for, as ``launch(fn, *args).wait(reason)``. Must be called from a
     thread other than the optimizer thread; launch hooks run first either way.
     """
-    return _stream().call(fn, args, reason or f"{getattr(fn, '__qualname__', fn)!s}")
+    stream = _STREAM if _STREAM is not None else _stream()
+    return stream.call(fn, args, reason or f"{getattr(fn, '__qualname__', fn)!s}")
 
 
 def wait(target: Union[Job, int, None] = None, reason: Optional[str] = None) -> None:
@@ -559,15 +576,19 @@ def synchronize(reason: Optional[str] = None) -> None:
 def on_optim_stream() -> bool:
     """True when called inside a running optimizer job (on the optimizer thread, or on the
     thread running an inline :func:`call`)."""
-    return _STREAM is not None and _STREAM.current_job() is not None
+    stream = _STREAM  # no job running anywhere: not in one (no thread-local lookup)
+    return stream is not None and stream._running is not None and stream.is_worker()
 
 
 def current_job() -> Optional[Job]:
     """The job running on the calling thread, or None off the optimizer thread."""
     stream = _STREAM  # read once: these three run several times per training iteration
-    if stream is None or stream._running is None:  # no job anywhere: not in one
+    if stream is None:
         return None
-    return stream.current_job()
+    running = stream._running
+    if running is None:  # no job anywhere: not in one
+        return None
+    return running if getattr(stream._local, "is_worker", False) else None  # is_worker()
 
 
 def launched_seq() -> int:
@@ -587,16 +608,18 @@ def faulted_between(low: int, high: int) -> bool:
     return _STREAM is not None and _STREAM.faulted_between(low, high)
 
 
-def add_launch_hook(hook: Callable[[], None]) -> None:
-    """Call the bound method ``hook()`` on the launching thread before each :func:`launch`.
+def add_launch_hook(owner: Any, hook: Callable[[Any], None]) -> None:
+    """Call ``hook(owner)`` on the launching thread before each :func:`launch` and
+    :func:`call`, while ``owner`` lives.
 
-    Held by weak reference (the owner may be garbage collected). An exception from a hook
-    propagates to the launcher and nothing is queued. The GradScaler uses this to settle a
-    deferred scale update before optimizer work that will need the new scale is queued.
+    ``owner`` is held by weak reference (it may be garbage collected; its hook then stops).
+    An exception from a hook propagates to the launcher and nothing is queued. The
+    GradScaler uses this to settle a deferred scale update before optimizer work that will
+    need the new scale is queued.
     """
     global _LAUNCH_HOOKS
     with _STREAM_LOCK:
-        _LAUNCH_HOOKS = _LAUNCH_HOOKS + (weakref.WeakMethod(hook),)
+        _LAUNCH_HOOKS = _LAUNCH_HOOKS + ((weakref.ref(owner), hook),)
 
 
 def cuda_stream(device: Union[int, torch.device]) -> "torch.cuda.Stream":

@@ -13,6 +13,7 @@ optimizer frees is not reused by the main stream too early.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -144,9 +145,11 @@ class OptimizerCopies:
         """Give buffers from :meth:`release_grads` back to the model, once that step is done.
 
         Main thread. A buffer goes back only to a model parameter of this module that has
-        no gradient. The next backward then accumulates into it in place (``0 + g``, as
-        after torch's ``zero_grad(set_to_none=False)``), so the same memory serves every
-        iteration instead of being freed and allocated (and first touched) again.
+        no gradient, so after a step the model's ``param.grad`` reads zero, as after torch's
+        ``zero_grad(set_to_none=False)``. A backward inside ``forward_backward`` frees the
+        buffer and stores its own gradient (:meth:`backward_stores_gradients`); any other
+        backward, or one whose buffer the caller holds or has written, accumulates into it
+        in place (``0 + g``).
         """
         if not released or self._copy_of is None:
             return
@@ -155,6 +158,45 @@ class OptimizerCopies:
                 param.grad = grad
                 self._returned[param] = (grad, grad._version)
         released.clear()
+
+    @contextlib.contextmanager
+    def backward_stores_gradients(self) -> Iterator[None]:
+        """Around a backward pass: the backward stores each gradient it computes, rather than
+        adding it into a zeroed buffer from :meth:`hand_back_grads`.
+
+        On entry, every given-back buffer that is still untouched (its version unchanged,
+        so still zero) and that nothing else holds (no other reference, no tensor sharing
+        its memory: ``g = p.grad`` kept by the user keeps the buffer, and the backward adds
+        into it as before) is taken off its parameter and freed, as torch's
+        ``zero_grad()`` leaves a plain loop. The backward then keeps the gradient tensor it
+        computed, which holds ``g`` where the add would have given ``0 + g``: the same
+        values (a negative zero keeps its sign, as in the plain loop), without two passes
+        over the memory. On exit (also when the backward raises), a parameter the backward
+        gave no gradient gets a zero buffer again, recorded as given back, so what a caller
+        sees and what :meth:`hand_over_grads` does are as if the buffer had stayed.
+        """
+        taken: List[nn.Parameter] = []
+        for param in list(self._returned):
+            grad, version = self._returned[param]
+            if param.grad is not grad or grad._version != version:
+                continue
+            del self._returned[param]
+            param.grad = None
+            if _unshared(grad):
+                taken.append(param)
+            else:
+                param.grad = grad
+                self._returned[param] = (grad, version)
+            del grad
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for param in taken:
+                    if param.grad is None:
+                        zeros = torch.zeros_like(param)
+                        param.grad = zeros
+                        self._returned[param] = (zeros, zeros._version)
 
     def _untouched_since_returned(self, param: nn.Parameter, grad: torch.Tensor) -> bool:
         returned = self._returned.get(param)

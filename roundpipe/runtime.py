@@ -236,7 +236,9 @@ class RoundPipe(nn.Module):
             loss = self._call_loss(loss_fn, output, mb_label)
             sequence_loss = isinstance(loss, (list, tuple))
             tensors = _loss_tensors(loss, index)
-            with _autocast_off():  # as torch recommends: backward runs outside autocast
+            # The first backward stores its gradients instead of adding them into zeros.
+            stores = self._copies.backward_stores_gradients() if index == 0 else contextlib.nullcontext()
+            with _autocast_off(), stores:  # as torch recommends: backward runs outside autocast
                 torch.autograd.backward(tensors)
             total = _sum_detached(total, tensors)
             if return_outputs:

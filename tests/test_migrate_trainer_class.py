@@ -430,7 +430,12 @@ def test_a_model_and_optimizer_handed_to_the_constructor_are_wrapped_where_the_c
 
 
 def test_the_result_names_the_classes_followed_through_their_constructions():
-    assert migrate_source(HANDED, "trainer.py", exact=True).handed_classes == ["Trainer"]
+    # the whole family: a construction of any of them elsewhere runs the followed __init__
+    assert migrate_source(HANDED, "trainer.py", exact=True).handed_classes == [
+        "BackwardMixin",
+        "Trainer",
+        "UpdateMixin",
+    ]
     assert migrate_source(FUSED, "trainer.py", exact=True).handed_classes == []
 
 
@@ -699,36 +704,52 @@ def test_a_blocker_of_joined_files_is_reported_in_its_own_file_at_its_own_line()
     ]
 
 
-def test_files_that_bind_one_name_differently_are_not_joined():
+def test_files_that_bind_one_name_each_for_itself_are_joined_with_the_name_kept_apart(tmp_path):
     mixins = MIXINS + "\n\ndef main():\n    pass\n"  # main.py has its own main()
-    results = _migrate_files({"hooks.py": mixins, "main.py": SUBCLASS}, exact=True)
+    files = {"hooks.py": mixins, "main.py": SUBCLASS}
+    results = _migrate_files(files, exact=True)
+    assert [r.status for r in results.values()] == ["migrated", "migrated"]
+    assert results["hooks.py"].migrated.endswith("\n\ndef main():\n    pass\n")
+    migrated = {path: result.migrated for path, result in results.items()}
+    assert _run_project(migrated, tmp_path, "exact") == _run_project(files, tmp_path, "original")
+
+
+def test_files_that_bind_one_name_by_different_imports_are_not_joined():
+    mixins = "import torch.nn as nn\n" + MIXINS
+    subclass = "from torch import nn\n" + SUBCLASS
+    results = _migrate_files({"hooks.py": mixins, "main.py": subclass}, exact=True)
     assert not any(r.changed for r in results.values())
     assert "RPM120" in [d.code for d in results["main.py"].diagnostics]
 
 
-@pytest.mark.parametrize(
-    "other, migrated",
-    [
-        ("net = torch.nn.Linear(6, 3)\nTrainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n", True),
-        (
-            "def main():\n    net = torch.nn.Linear(6, 3)\n"
-            "    Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n",
-            False,
-        ),
-    ],
-    ids=["joined with its builder", "builder not joinable"],
+_BUILDS_IN_MAIN = (
+    "def main():\n    net = torch.nn.Linear(6, 3)\n    Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n"
 )
-def test_a_trainer_handed_objects_is_migrated_with_every_file_that_builds_it_or_not_at_all(other, migrated):
-    trainer = HANDED.replace("\n\nmain()\n", "\n")
+
+
+@pytest.mark.parametrize(
+    "other, trainer_head, migrated",
+    [
+        ("net = torch.nn.Linear(6, 3)\nTrainer(net, torch.optim.SGD(net.parameters(), lr=0.1))\n", "", True),
+        (_BUILDS_IN_MAIN, "", True),  # each file's main() kept apart while joined
+        ("from torch import nn\n" + _BUILDS_IN_MAIN, "import torch.nn as nn\n", False),
+    ],
+    ids=["joined with its builder", "joined, each main() its own", "builder not joinable"],
+)
+def test_a_trainer_handed_objects_is_migrated_with_every_file_that_builds_it_or_not_at_all(
+    other, trainer_head, migrated
+):
+    trainer = trainer_head + HANDED.replace("\n\nmain()\n", "\n")
     other = "import torch\n\nfrom trainer import Trainer\n\n" + other
     results = _migrate_files({"trainer.py": trainer, "other.py": other}, exact=True)
     if migrated:
         assert "net = roundpipe.RoundPipe(net, " in results["other.py"].migrated
         assert all(r.status == "migrated" for r in results.values())
-    else:  # other.py's main() clashes with trainer.py's: what it hands Trainer() is not followed
+    else:  # the two files bind `nn` by different imports: what other.py hands Trainer() is not followed
         assert not any(r.changed for r in results.values())
         assert [d.code for d in results["trainer.py"].diagnostics] == ["RPM110"]
-        assert "Trainer() is built in other.py" in results["trainer.py"].diagnostics[0].message
+        message = results["trainer.py"].diagnostics[0].message
+        assert "Trainer() is built in other.py" in message and "the top-level name `nn`" in message
 
 
 def test_joined_files_keep_their_future_imports_where_they_were(tmp_path):

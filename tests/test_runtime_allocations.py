@@ -1,10 +1,11 @@
 """What a RoundPipe iteration allocates in steady state, measured without wall-clock time.
 
 The runtime's own work between two backward passes (handing gradients to the optimizer
-copies, zeroing and handing back the buffers, copying the weights into the model) reuses
-the same memory every iteration. So an iteration allocates what the equivalent plain torch
-loop (gradients kept, ``zero_grad(set_to_none=False)``) allocates, plus the detached loss
-sum. Measured as the bytes torch's CPU allocator hands out (the profiler's memory events),
+copies, zeroing and handing back the buffers, copying the weights into the model) allocates
+nothing: the backward's gradients are the only new tensors, and the zeroed buffers they
+replace are freed. So an iteration allocates what the equivalent plain torch loop
+(``zero_grad(set_to_none=False)``: each gradient computed, then added) allocates, plus the
+detached loss sum. Measured as the bytes torch's CPU allocator hands out (the profiler's memory events),
 which depend neither on the machine's load nor on glibc's heap trimming; and as minor page
 faults under an allocator that never returns memory to the kernel, where a fault can only
 mean the process needed new memory.

@@ -4,6 +4,7 @@ microbatching, the GradScaler sequences, checkpoints and fault handling."""
 import _thread
 import threading
 import traceback
+import weakref
 
 import pytest
 import torch
@@ -395,21 +396,104 @@ def test_backward_runs_outside_the_callers_autocast():
 
 
 @pytest.mark.parametrize("is_async", [False, True])
-def test_gradient_buffers_come_back_zeroed_and_serve_every_iteration(is_async):
+def test_gradient_buffers_come_back_zeroed_and_the_next_backward_stores_its_own(is_async):
+    # After a step the model holds its zeroed gradient buffers; the next backward does not
+    # add into them (0 + g, a second pass over the memory) but stores the gradient it
+    # computed, as after torch's zero_grad(): the buffers are freed before it runs.
     model = RoundPipe(make_net())
     opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
-    seen = []
     for k, (x, y) in enumerate(make_data(6)):
         model.forward_backward((x,), label=y, loss_fn=loss_of)
-        seen.append(frozenset(p.grad.data_ptr() for p in model.model.parameters()))
         model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
         if k >= 1 or not is_async:  # async: the previous step's buffers come back
             grads = [p.grad for p in model.model.parameters()]
             assert all(g is not None and torch.count_nonzero(g) == 0 for g in grads)
-            assert frozenset(g.data_ptr() for g in grads) in seen
-            del grads  # a reference kept here would (rightly) stop the hand-back
+            buffers = [weakref.ref(g) for g in grads]
+            del grads  # a reference kept here would (rightly) keep the buffer in use
+            model.forward_backward((x,), label=y, loss_fn=loss_of)
+            assert all(b() is None for b in buffers)  # freed: the backward stored new tensors
+            model.step(lambda: (opt.step(), opt.zero_grad()), is_async=is_async)
     model.synchronize()
-    assert len(set(seen[2:])) == (2 if is_async else 1)  # async: one set per step in flight
+
+
+def _signed_zero_gradient_loops(make_step):
+    """A weight whose gradient is -0.0 in one place, trained by RoundPipe and by torch."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(2, 1, bias=False)
+    ref = torch.nn.Linear(2, 1, bias=False)
+    ref.load_state_dict(net.state_dict())
+    x = torch.tensor([[0.0, 1.0]])  # d(-out)/dw = -x = [-0.0, -1.0]
+    model = RoundPipe(net)
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    return model, make_step(opt), ref, torch.optim.SGD(ref.parameters(), lr=0.1), x
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_the_next_backward_keeps_the_sign_of_a_zero_gradient_as_the_plain_loop(is_async):
+    model, step_fn, ref, ref_opt, x = _signed_zero_gradient_loops(lambda opt: lambda: (opt.step(), opt.zero_grad()))
+    for _ in range(3):
+        model.forward_backward((x,), loss_fn=lambda out, _: -out.sum())
+        (-ref(x).sum()).backward()
+        grad, ref_grad = model.model.weight.grad, ref.weight.grad
+        assert torch.equal(grad, ref_grad) and torch.equal(grad.signbit(), ref_grad.signbit())
+        del grad
+        model.step(step_fn, is_async=is_async)
+        ref_opt.step()
+        ref_opt.zero_grad()
+    model.synchronize()
+
+
+def test_a_gradient_buffer_the_user_holds_after_a_sync_step_receives_the_next_gradient():
+    # ``g = p.grad`` read after a step aliases the model's gradient, as after torch's
+    # zero_grad(set_to_none=False): the next backward adds into that same tensor.
+    model = RoundPipe(make_net())
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    (x, y), (x2, y2) = make_data(2)
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+    held = [p.grad for p in model.model.parameters()]
+    views = [p.grad.view(-1) for p in model.model.parameters()]  # memory shared, not the tensor
+    model.forward_backward((x2,), label=y2, loss_fn=loss_of)
+    grads = [p.grad for p in model.model.parameters()]
+    assert all(g is h for g, h in zip(grads, held))
+    assert all(torch.count_nonzero(g) > 0 for g in grads)
+    assert _bitwise([v.view_as(g) for v, g in zip(views, grads)], grads)
+
+
+def test_writes_to_param_grad_between_sync_steps_reach_the_next_step_as_in_the_plain_loop():
+    # The user adds to the zeroed buffer after a step: the next
+    # backward adds its gradient to that, exactly as in a loop with zero_grad(set_to_none=False).
+    net, ref = make_net(), make_net()
+    model = RoundPipe(net)
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    data = make_data(5)
+    for k, (x, y) in enumerate(data):
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+        loss_of(ref(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=False)
+        assert _bitwise([p.detach() for p in net.parameters()], [p.detach() for p in ref.parameters()])
+        with torch.no_grad():
+            for p, r in zip(net.parameters(), ref.parameters()):
+                p.grad.add_(0.5 * k)
+                r.grad.add_(0.5 * k)
+    assert _bitwise([p.detach() for p in net.parameters()], [p.detach() for p in ref.parameters()])
+
+
+def test_a_parameter_the_next_backward_skips_keeps_a_zero_gradient():
+    net = _TwoBranches()
+    model = RoundPipe(net)
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    (x, y), (x2, y2) = make_data(2)
+    net.use_b = True
+    model.forward_backward((x,), label=y, loss_fn=loss_of)
+    model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+    net.use_b = False
+    model.forward_backward((x2,), label=y2, loss_fn=loss_of)
+    assert all(p.grad is not None and torch.count_nonzero(p.grad) == 0 for p in net.b.parameters())
+    assert all(torch.count_nonzero(p.grad) > 0 for p in net.a.parameters())
 
 
 @pytest.mark.parametrize("is_async", [False, True])

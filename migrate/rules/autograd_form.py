@@ -137,6 +137,18 @@ def train(batches):
         optimizer_step(optimizer, scaler, model)
 """
 
+#: the two helpers name their scaler parameter differently; the caller hands both the same scaler
+_RENAMED_SCALER = _STEP_HELPERS.replace(
+    "def backward_step(loss, grad_scaler):\n    grad_scaler.scale(loss).backward()\n",
+    "def backward_step(loss, amp_scaler):\n    amp_scaler.scale(loss).backward()\n",
+)
+
+#: ... but hands the optimizer helper another scaler
+_RENAMED_OTHER_SCALER = _RENAMED_SCALER.replace(
+    '    scaler = torch.amp.GradScaler("cuda")\n',
+    '    scaler = torch.amp.GradScaler("cuda")\n    step_scaler = torch.amp.GradScaler("cuda")\n',
+).replace("optimizer_step(optimizer, scaler, model)", "optimizer_step(optimizer, step_scaler, model)")
+
 RULE = Rule(
     name="autograd_form",
     order=45,
@@ -146,9 +158,9 @@ RULE = Rule(
     implemented_in=("rules/autograd_form.py", "split_functions.py", "split_step.py"),
     patterns=(
         Pattern(
-            "the backward and the optimizer step in two functions handed the scaler (`backward_step(loss, scaler)` ending with `grad_scaler.scale(loss).backward()`, `optimizer_step(optimizer, scaler, model)` with unscale/clip/step/update/zero_grad), in the same file or in files of the project that only this caller imports",
+            "the backward and the optimizer step in two functions handed the scaler (`backward_step(loss, scaler)` ending with `grad_scaler.scale(loss).backward()`, `optimizer_step(optimizer, scaler, model)`, the scaler parameters named alike or not with unscale/clip/step/update/zero_grad), in the same file or in files of the project that only this caller imports",
             "autograd form: `backward_step` stays as written; `optimizer_step`'s step group becomes `model.step(_step_fn)` + `grad_scaler.update()` (clipping on `model.optim_parameters()`), the model is wrapped and the optimizer built on `model.optim_parameters()` where the caller builds them; refused (RPM106/RPM107) when a call hands either function other objects, a function is used as a value, or a `zero_grad` runs outside the step function",
-            "反向与优化器步骤位于两个接收 scaler 的函数中（`backward_step(loss, scaler)` 以 `grad_scaler.scale(loss).backward()` 结尾，`optimizer_step(optimizer, scaler, model)` 中做 unscale/裁剪/step/update/zero_grad），位于同一文件，或位于项目中只被这一个调用方导入的文件",
+            "反向与优化器步骤位于两个接收 scaler 的函数中（`backward_step(loss, scaler)` 以 `grad_scaler.scale(loss).backward()` 结尾，`optimizer_step(optimizer, scaler, model)`（两者的 scaler 参数名可以不同）中做 unscale/裁剪/step/update/zero_grad），位于同一文件，或位于项目中只被这一个调用方导入的文件",
             "autograd 形式：`backward_step` 保持原样；`optimizer_step` 的步骤组变为 `model.step(_step_fn)` + `grad_scaler.update()`（裁剪改用 `model.optim_parameters()`），模型在调用方构建处包装，优化器改用 `model.optim_parameters()` 构建；若某个调用给两个函数传入其他对象、函数被当作值使用，或在步骤函数之外执行 `zero_grad`，则拒绝迁移（RPM106/RPM107）",
         ),
         Pattern(
@@ -219,6 +231,16 @@ RULE = Rule(
             ),
             codes=("RPM106",),
         ),
+        Example(
+            _RENAMED_SCALER,
+            expect=(
+                "def backward_step(loss, amp_scaler):\n    amp_scaler.scale(loss).backward()\n",
+                "        grad_scaler.step(optimizer)\n        optimizer.zero_grad()\n\n"
+                "    model.step(_step_fn)\n    grad_scaler.update()\n",
+                "    scaler = roundpipe.GradScaler(enabled=torch.cuda.is_available())\n",
+            ),
+        ),
+        Example(_RENAMED_OTHER_SCALER, codes=("RPM106",)),
     ),
 )
 

@@ -156,48 +156,13 @@ def train(model, loader, clip_grad):
 """
 
 # fairseq-style: an optimizer-like class owning the scaler, its methods called in turn.
-_OPTIMIZER_WRAPPER = """import torch
-
-
-class AmpOptimizer:
-    def __init__(self, params, lr):
-        self.params = list(params)
-        self.optimizer = torch.optim.Adam(self.params, lr=lr)
-        self.scaler = torch.amp.GradScaler("cuda")
-
-    def backward(self, loss):
-        self.scaler.scale(loss).backward()
-
-    def clip_grad_norm(self, max_norm):
-        self.scaler.unscale_(self.optimizer)
-        return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-
-    def step(self):
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-
-    def zero_grad(self):
-        self.optimizer.zero_grad()
-
-
-def train(model, batches):
-    optimizer = AmpOptimizer(model.parameters(), lr=1e-3)
-    for x, y in batches:
-        optimizer.zero_grad()
-        with torch.autocast("cuda"):
-            loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.backward(loss)
-        optimizer.clip_grad_norm(1.0)
-        optimizer.step()
-"""
-
 RULE = Rule(
     name="loss_scaler_wrapper",
     order=47,
     description="a loss-scaler wrapper class (MAE/BEiT/DeiT/timm's `NativeScaler`) migrates with every file "
     "that builds or calls it; the wrapper keeps its interface and steps its RoundPipe model in the autograd form",
-    codes=("RPM106", "RPM111"),
-    implemented_in=("scaler_wrapper.py", "optimizer_wrappers.py", "project.py"),
+    codes=("RPM111",),
+    implemented_in=("scaler_wrapper.py", "project.py"),
     patterns=(
         Pattern(
             "a class holding `self._scaler = GradScaler(...)` whose `__call__(loss, optimizer, clip_grad=None, parameters=None, create_graph=False, update_grad=True)` runs `self._scaler.scale(loss).backward(...)`, then on update steps (`if update_grad:` or after an early `return`) `unscale_`, clipping or a grad-norm helper, `self._scaler.step(optimizer)`, `self._scaler.update()`, and may return the norm; `state_dict_key`/`state_dict`/`load_state_dict`",
@@ -216,24 +181,6 @@ RULE = Rule(
             "`parameters=model.optim_parameters()`; a helper of another file that only saves or loads the model's state gets `model.model` after `model.synchronize()`; a plain `loss.backward(); optimizer.step()` branch beside an optional wrapper takes the autograd form too; in the asynchronous form, a main-thread write of the optimizer's state in the caller makes it wait for the step right after the call; `parameters=` given anything else, or more than `(loss, optimizer)` by position, is refused (RPM111)",
             "任意给定文件中的 `loss_scaler(loss, optimizer, ..., parameters=model.parameters(), ...)` 调用（实例可被传给其他文件的训练函数）；把模型交给其他文件中的检查点辅助函数",
             "改为 `parameters=model.optim_parameters()`；其他文件中只保存或加载模型状态的辅助函数改为接收 `model.model`，并在其前插入 `model.synchronize()`；可选包装器旁边的普通 `loss.backward(); optimizer.step()` 分支同样采用 autograd 形式；异步形式下，若调用方在主线程上写优化器状态，则在调用之后立即等待该步骤完成；`parameters=` 为其他表达式、或按位置传入多于 `(loss, optimizer)` 的参数时，拒绝迁移（RPM111）",
-        ),
-        Pattern(
-            "a class holding a GradScaler next to the optimizer it wraps, with `backward(loss)` "
-            "(scale + backward), `clip_grad_norm(c)` (unscale + clip, returns the norm), `step()` "
-            "(scaler step + update) and `zero_grad()`, called in turn by the training loop "
-            "(fairseq's AMP optimizers)",
-            "refused (RPM106, naming the methods; RPM111 in the files that use the class): in "
-            "RoundPipe the gradients reach the optimizer copies only inside `model.step`, so the "
-            "work of those methods must run in one step function, and a norm returned before "
-            "`step()` would not exist yet; migrate by hand (one `model.step` in `step()` running "
-            "`unscale_`, clipping and the scaler's `step`)",
-            "一个在所包装的优化器旁持有 GradScaler 的类，具有 `backward(loss)`（缩放并反向）、"
-            "`clip_grad_norm(c)`（unscale 并裁剪，返回范数）、`step()`（scaler 的 step 与 update）和 "
-            "`zero_grad()`，由训练循环依次调用（fairseq 的 AMP 优化器）",
-            "拒绝迁移（RPM106，并指出这些方法；使用该类的文件报告 RPM111）：在 RoundPipe 中梯度只在 "
-            "`model.step` 内部才交给优化器副本，因此这些方法的工作必须在同一个步骤函数中运行，而在 "
-            "`step()` 之前返回的范数此时尚不存在；请手动迁移（在 `step()` 中用一个 `model.step` "
-            "执行 `unscale_`、裁剪和 scaler 的 `step`）",
         ),
     ),
     examples=(
@@ -298,18 +245,6 @@ RULE = Rule(
                 "parameters=model.parameters(), update_grad", "parameters=model.head.parameters(), update_grad"
             ),
             codes=("RPM111",),
-        ),
-        Example(_OPTIMIZER_WRAPPER, codes=("RPM106",)),
-        Example(  # near-miss: an fp32 optimizer wrapper, no scaler
-            _OPTIMIZER_WRAPPER.replace(
-                '        self.scaler = torch.amp.GradScaler("cuda")\n', "        # no GradScaler here\n"
-            )
-            .replace("        self.scaler.scale(loss).backward()\n", "        loss.backward()\n")
-            .replace("        self.scaler.unscale_(self.optimizer)\n", "")
-            .replace(
-                "        self.scaler.step(self.optimizer)\n        self.scaler.update()\n",
-                "        self.optimizer.step()\n",
-            ),
         ),
     ),
 )

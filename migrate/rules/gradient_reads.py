@@ -1,0 +1,44 @@
+"""Rule gradient_reads: gradients read after the optimizer step refuse the file (they move to the optimizer copies)."""
+
+from . import Example, Pattern, Rule
+
+_STEP = (
+    "import torch\n\n\n"
+    "def train(model, batches):\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    '    scaler = torch.amp.GradScaler("cuda")\n'
+    "    for x, y in batches:\n"
+    "        optimizer.zero_grad()\n"
+    '        with torch.autocast("cuda"):\n'
+    "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+    "        scaler.scale(loss).backward()\n"
+    "{before}"
+    "        scaler.step(optimizer)\n"
+    "        scaler.update()\n"
+    "{after}"
+)
+_NORM = "        print(sum(p.grad.norm() for p in model.parameters()))\n"
+
+RULE = Rule(
+    name="gradient_reads",
+    order=75,
+    description="gradients read after the optimizer step refuse the file (they move to the optimizer copies)",
+    codes=("RPM140",),
+    implemented_in=("gradient_reads.py",),
+    patterns=(
+        Pattern(
+            "`p.grad` read in the training function after `optimizer.step()` (a norm logged after the step)",
+            "refused (RPM140): `model.step` hands the gradients to the optimizer copies; reads between the backward and the step stay where they are and keep working",
+            "在训练函数中、`optimizer.step()` 之后读取 `p.grad`（在步骤之后记录的范数）",
+            "拒绝（RPM140）：`model.step` 把梯度交给优化器副本；反向与步骤之间的读取保留原位，照常工作",
+        ),
+    ),
+    examples=(
+        Example(_STEP.format(before=_NORM, after=""), expect=(_NORM + "\n        def _step_fn():",)),
+        Example(_STEP.format(before="", after=_NORM), codes=("RPM140",)),
+        Example(
+            'import torch\n\n\ndef log_gradients(model, scaler: "torch.amp.GradScaler"):  # no step here\n'
+            "    print(scaler.get_scale(), sum(p.grad.norm() for p in model.parameters()))\n"
+        ),
+    ),
+)
