@@ -26,7 +26,7 @@ is reported (RPM201) and the file is left untouched.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -44,8 +44,11 @@ from .apex_plain import (
 from .header import top_block
 from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .rules import step_function
+from .rules.loss_function import ForwardPlan, ForwardRegion
+from .rules.step_function import StepBody
 from .steps import StepBuilder
-from .syntax import code, method_call, only_expression
+from .syntax import code, dotted, method_call, only_expression
 from .torch_amp import TorchAmpRules
 
 __all__ = ["plan_apex"]
@@ -86,48 +89,43 @@ class ApexStepBuilder(StepBuilder):
         self.anchor = optimizer
         self.first: cst.BaseStatement = statement
 
-    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+    def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
         if isinstance(value, cst.Call) and method_call(value, self.optimizer, "step") and not value.args:
             return "step"
         if isinstance(value, cst.Call) and method_call(value, self.optimizer, "zero_grad"):
             return "zero_grad"
-        kind = super()._classify(statement)
+        kind = super().classify(statement)
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
 
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
-    def _model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
+    def model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
         return [
             call for call in m.findall(statement, m.Call()) if isinstance(call, cst.Call) and code(call.func) == model
         ]
 
-    def _zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
+    def zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         value = only_expression(statement)
         return isinstance(value, cst.Call) and (
             method_call(value, optimizer, "zero_grad") or method_call(value, model, "zero_grad")
         )
 
-    def _zero_grads_to_move(self, region, optimizer: str, model: str, found) -> List[int]:
-        found_at = super()._zero_grads_to_move(region, optimizer, model, found)
-        self.first = self.body[min([region.outer_index, *found_at])]  # where the step's code starts
-        return found_at
-
-    def _emit_forward(self, region, forward) -> None:
-        super()._emit_forward(region, forward)
+    def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
+        self.first = self.body[min([region.outer_index, *zero_grads])]  # where the step's code starts
         self.rules.step_model_calls.add(forward.model_call)
 
-    def _optimizer_of(self, group: List[cst.BaseStatement]) -> str:
-        kinds = [self._classify(s) for s in group]
+    def optimizer_of(self, group: List[cst.BaseStatement]) -> str:
+        kinds = [self.classify(s) for s in group]
         if kinds.count("step") != 1:
             raise Blocked(group[0], "RPM107", "the step must call optimizer.step() once")
         return self.optimizer
 
-    def _model_for(self, optimizer: str) -> str:
+    def model_for(self, optimizer: str) -> str:
         scope = self.facts.scope(self.backward)
         candidates = self.rules.models_in(scope) | self.rules.held_models(self.backward)
         called = {
-            name for name in candidates for statement in self.body[: self.index] if self._model_calls(statement, name)
+            name for name in candidates for statement in self.body[: self.index] if self.model_calls(statement, name)
         }
         if len(called) != 1:
             raise Blocked(
@@ -137,44 +135,25 @@ class ApexStepBuilder(StepBuilder):
             )
         return called.pop()
 
-    def _group_edits(self, group, kinds, optimizer: str, model: str) -> None:
-        super()._group_edits(group, kinds, optimizer, model)
-        for statement, kind in zip(group, kinds):
-            call = only_expression(statement)
-            if (
-                kind == "zero_grad"
-                and "." in model
-                and isinstance(call, cst.Call)
-                and method_call(call, model, "zero_grad")
-            ):
-                assert isinstance(call.func, cst.Attribute)  # as method_call found
-                self.rules.plan.edits.replace_expression(
-                    call.func.value,
-                    lambda _: cst.parse_expression(optimizer),
-                )
-            if kind == "clip" and "." in model:
-                for parameters in m.findall(statement, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
-                    assert isinstance(parameters, cst.Call) and isinstance(parameters.func, cst.Attribute)  # as matched
-                    if code(parameters.func.value) == model:
-                        self.rules.plan.edits.replace_expression(
-                            parameters.func,
-                            lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
-                        )
-            if kind == "step":
-                call = only_expression(statement)
-                assert call is not None  # an optimizer.step() call (_classify)
-                self.rules.plan.edits.replace_expression(
-                    call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
-                )
+    def holds_model(self, node: cst.BaseExpression, model: str) -> bool:
+        return "." in model and (dotted(node) == model or code(node) == model)
 
-    def _step_body(self, updated, kinds, optimizer: str):
-        inside = list(updated)
+    def shape_edits(self, statement: cst.BaseStatement, kind: Optional[str], optimizer: str) -> None:
+        if kind == "step":  # `optimizer.step()` steps through the loss's scaler
+            call = only_expression(statement)
+            assert call is not None  # an optimizer.step() call (classify)
+            self.rules.plan.edits.replace_expression(
+                call, lambda _: cst.parse_expression(f"{self.scaler}.step({optimizer})")
+            )
+
+    def step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
+        inside: List[Any] = list(updated)
         if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
             first = kinds.index("clip")
             unscale = cst.parse_statement(f"{self.scaler}.unscale_({optimizer})\n")
             inside.insert(first, unscale.with_changes(leading_lines=inside[first].leading_lines))
             inside[first + 1] = inside[first + 1].with_changes(leading_lines=())
-        return inside, self._update_statement(None)
+        return inside, step_function.update_statement(self)
 
 
 class ApexRules(TorchAmpRules):
@@ -259,7 +238,7 @@ class ApexRules(TorchAmpRules):
         """Set :attr:`plain` when the whole file can be written with upstream's API, else
         note (RPM303) why it keeps the compat form."""
         allowed = ("apex.amp.scale_loss", "apex.amp.master_params", *EXTRAS)
-        found = plain_setup(self.facts, uses, allowed, self._constructed)
+        found = plain_setup(self.facts, uses, allowed, self.constructed)
         if isinstance(found, PlainSetup):
             withs = [self.facts.statement_of(node) for node, qualified in uses if qualified == "apex.amp.scale_loss"]
             blocks = [w for w in withs if isinstance(w, cst.With)]
@@ -300,7 +279,7 @@ class ApexRules(TorchAmpRules):
                 call.func,  # type: ignore[attr-defined]
                 lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
             )
-        self._drop_statement(setup.statement)
+        self.drop_statement(setup.statement)
         scope = self.facts.scope(setup.statement)
         self._models.add((id(scope), setup.model))
         self.plan.wrapped_models.append((setup.scope, setup.model, self.facts.order(setup.built)))
@@ -416,7 +395,7 @@ class ApexRules(TorchAmpRules):
 
         ``model_suffix`` is appended to the model passed in (``.float()`` for a model the old
         API made half: initialize wants fp32 models and makes the half copy itself)."""
-        built = self._constructed(optimizer, at)
+        built = self.constructed(optimizer, at)
         owners = (
             {
                 c.func.value.value  # type: ignore[attr-defined]  # the matched Call(func=Attribute(value=Name))
@@ -462,7 +441,7 @@ class ApexRules(TorchAmpRules):
         if len(optimizers) != 1:
             raise Blocked(statement, "RPM107", "the old amp handle scales losses of several optimizers")
         self._initialize_after_optimizer(optimizers.pop(), withs[0], arguments)
-        self._drop_statement(statement)
+        self.drop_statement(statement)
         self.plan.rewrites.append((statement, "amp.init() -> roundpipe.compat.initialize(opt_level='O1')"))
         self._old_scale_loss = withs
 
@@ -508,7 +487,7 @@ class ApexRules(TorchAmpRules):
         self._initialize_after_optimizer(
             wrapped, statement, f', opt_level="O2", loss_scale={loss_scale}', model_suffix=".float()"
         )
-        self._drop_statement(statement)
+        self.drop_statement(statement)
         self.plan.rewrites.append((statement, "FP16_Optimizer -> roundpipe.compat.initialize(opt_level='O2')"))
         for backward in backwards:
             assert backward is not None  # the parent of a node of the tree
@@ -610,7 +589,7 @@ class ApexRules(TorchAmpRules):
                 raise Blocked(
                     statement, "RPM201", "apex imported together with other modules on one line; split the import first"
                 )
-            self._drop(statement)
+            self.drop_line(statement)
 
     @staticmethod
     def _imports_apex(small: cst.BaseSmallStatement) -> bool:

@@ -143,7 +143,7 @@ def _names_scaler(rules: "TorchAmpRules", passed: cst.BaseExpression, site: cst.
     if not isinstance(passed, cst.Name):
         return False
     try:
-        binding = rules._binding(passed.value, site)
+        binding = rules.binding(passed.value, site)
     except Blocked:
         return False
     value = binding.value

@@ -9,7 +9,7 @@
     scaler.update()
     opt_dec.zero_grad()
 
-Each optimizer trains one network (:meth:`StepBuilder._model_for`), so each network is wrapped
+Each optimizer trains one network (:meth:`StepBuilder.model_for`), so each network is wrapped
 in RoundPipe and gets a step function of its own: the step group is cut into one contiguous
 segment per optimizer (its unscale, clipping, step, zeroing and scheduler statements), each
 planned as a step of the autograd form (the loss reaches every network, so the forward and
@@ -38,7 +38,7 @@ __all__ = ["plan_joint_steps", "steps_several"]
 
 def steps_several(step: "StepBuilder", found: "StepGroup") -> bool:
     """The group calls ``scaler.step`` more than once (one per optimizer, presumably)."""
-    return step.autograd_form and [step._classify(s) for s in found.statements].count("step") > 1
+    return step.autograd_form and [step.classify(s) for s in found.statements].count("step") > 1
 
 
 def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
@@ -47,7 +47,7 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
     from .steps import StepGroup
 
     group = list(found.statements)
-    kinds = [step._classify(s) for s in group]
+    kinds = [step.classify(s) for s in group]
     optimizers = _stepped_optimizers(group, kinds)
     if (
         optimizers is None
@@ -59,8 +59,8 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
         raise unsupported_group(step, group, kinds)
     trained: Dict[str, Tuple[str, Binding, str]] = {}
     for optimizer in optimizers:
-        model = step._model_for(optimizer)
-        trained[optimizer] = (model, step.built, step.model_outer)  # both set by _model_for
+        model = step.model_for(optimizer)
+        trained[optimizer] = (model, step.built, step.model_outer)  # both set by model_for
     if len({model for model, _, _ in trained.values()}) != len(trained):
         raise Blocked(group[0], "RPM107", "several optimizers of one model are stepped after one backward")
     owners = _owners(step, group, kinds, optimizers, {o: m for o, (m, _, _) in trained.items()})
@@ -79,7 +79,7 @@ def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
             tuple(group[start - found.start : start - found.start + count]),
             found.condition,
         )
-        step._plan_autograd_form(segment, optimizer, model, reason)
+        step.plan_autograd_form(segment, optimizer, model, reason)
         start += count
     step.trained = (optimizers[-1], trained[optimizers[-1]][0])
 

@@ -71,8 +71,8 @@ class ModelUses:
             if (id(scope), name) in seen:
                 continue
             seen.add((id(scope), name))
-            for access in self.rules._accesses(name, scope):
-                if not self.rules._runs_after(access, scope, after) or self._in_stopped_guard(access):
+            for access in self.rules.accesses(name, scope):
+                if not self.rules.runs_after(access, scope, after) or self._in_stopped_guard(access):
                     continue
                 if isinstance(scope, StateField):  # read as `state.model`: that is its name here
                     name = dotted(access) or code(access)
@@ -183,9 +183,9 @@ class ModelUses:
         it after the wrap trains or saves something RoundPipe does not manage."""
         if after <= 0:
             return
-        for access in self.rules._accesses(name, scope):
+        for access in self.rules.accesses(name, scope):
             parent = self.facts.parent(access)
-            if self.rules._runs_after(access, scope, after - 1):
+            if self.rules.runs_after(access, scope, after - 1):
                 continue
             self._check_state_before(access, name)
             if not (isinstance(parent, cst.Assign) and parent.value is access):

@@ -12,7 +12,7 @@ changes when another backward shares the program:
 * :func:`keeps_zero_grad_in_place` says a ``zero_grad()`` before the backward stays where
   it is (on the model, whose gradients the other backward may have filled in between)
   instead of moving to the end of the step function; the step function also zeroes the
-  optimizer copies (:meth:`StepBuilder._plan_step_group`).
+  optimizer copies (:func:`migrate.rules.step_function.plan_step_group`).
 * :func:`own_statements` ends a step group before a statement working on another network
   (``scaler.step(opt_d)`` then ``net_g.zero_grad()``): that one stays on the main thread.
 * :func:`require_update_later` accepts a step group without ``scaler.update()`` only when the
@@ -133,7 +133,7 @@ def own_statements(step: "StepBuilder", found: "StepGroup", optimizer: str, mode
         if not _foreign(step, statement, optimizer, model):
             continue
         rest = found.statements[position:]
-        if any(step._classify(s) in _OPTIMIZER_WORK for s in rest):
+        if any(step.classify(s) in _OPTIMIZER_WORK for s in rest):
             raise Blocked(
                 statement,
                 "RPM107",
@@ -146,7 +146,7 @@ def own_statements(step: "StepBuilder", found: "StepGroup", optimizer: str, mode
 
 
 def _foreign(step: "StepBuilder", statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
-    kind = step._classify(statement)
+    kind = step.classify(statement)
     owner = _owner(statement)
     if kind == "zero_grad":
         return owner not in (optimizer, model)
@@ -170,7 +170,7 @@ def schedules(step: "StepBuilder", scheduler: str, at: cst.CSTNode, optimizer: s
     if not scheduler.isidentifier():
         return True
     try:
-        built = step.rules._binding(scheduler, at).value
+        built = step.rules.binding(scheduler, at).value
     except Blocked:
         return True
     if isinstance(built, cst.Call) and built.args and isinstance(built.args[0].value, cst.Name):

@@ -51,7 +51,7 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     if len(found) != 1:
         return None
     name, _ = found[0]
-    return name, step._local_name_for(name, built)
+    return name, step.local_name_for(name, built)
 
 
 def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
@@ -97,7 +97,7 @@ def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
         candidates = list(parameters_fed(step.rules, function, name, built.scope))
     else:
         candidates = []
-    return [c for c in candidates if step._model_calls(root, c)][:1]
+    return [c for c in candidates if step.model_calls(root, c)][:1]
 
 
 def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
@@ -121,7 +121,7 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
 
     assert built.value is not None
     plan.edits.replace_expression(built.value, adopt)
-    step._plan_wrap(built, model, [])
+    step.plan_wrap(built, model)
     plan.rewrites.append(
         (
             built.value,

@@ -51,6 +51,7 @@ import libcst.matchers as m
 from .names import SCALER_STATE_METHODS
 from .optimizer_writes import optimizer_writes
 from .plan import Blocked
+from .rules.scaler_constructor import rewrite_constructor
 from .syntax import code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
@@ -344,7 +345,7 @@ def plan_optimizer_wrapper(wrappers: "ScalerWrappers", wrapper: OptimizerWrapper
     """Plan the class's rewrite (see the module docstring)."""
     rules, plan = wrappers.rules, wrappers.plan
     for constructor in wrapper.constructors:
-        rules._rewrite_constructor(constructor, wrappers.facts.scaler_kind(constructor))
+        rewrite_constructor(rules, constructor, wrappers.facts.scaler_kind(constructor))
     model = wrappers.give_model(wrapper.node, wrapper.init)
     steps = []
     for gradient in wrapper.gradient_methods:

@@ -33,7 +33,7 @@ def is_scheduler(rules: "TorchAmpRules", name: str, at: cst.CSTNode) -> bool:
     file does not bind."""
     binding: Optional[Binding] = None
     try:
-        binding = rules._binding(name, at)
+        binding = rules.binding(name, at)
     except Blocked:
         if "." not in name:
             raise

@@ -40,7 +40,7 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     called in this file, too deep, or a call site passes something else than a name or a
     call expression on a line of its own statement."""
     facts = rules.facts
-    binding = rules._binding(name, at)
+    binding = rules.binding(name, at)
     handed = constructor_parameter(facts, binding)  # `self.model = model` in __init__
     if handed is not None and depth <= _MAX_DEPTH:
         return _through_constructions(rules, binding, *handed, depth)
@@ -88,7 +88,7 @@ def _passed(
         elif attribute is not None:  # `self.train_step(batch, self.optimizer)`
             reached = origins(rules, attribute, site, depth + 1)
         elif held is not None:
-            reached = [rules._binding(held, site)]
+            reached = [rules.binding(held, site)]
         elif isinstance(value, cst.Call) and isinstance(facts.statement_of(site), cst.SimpleStatementLine):
             reached = [Binding(facts.scope(site), INLINE, facts.statement_of(site), value)]
         else:

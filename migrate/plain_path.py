@@ -22,6 +22,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from .plan import Blocked
+from .rules import step_function
+from .rules.optimizer_writes import order_optimizer_writes
 from .steps import StepBuilder
 from .syntax import method_call, only_expression
 
@@ -49,16 +51,16 @@ class PlainStepBuilder(StepBuilder):
         self.anchor = self.optimizer
         self.built, self.model_outer = amp_step.built, amp_step.model_outer
 
-    def _classify(self, statement: cst.BaseStatement) -> Optional[str]:
+    def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
         if isinstance(value, cst.Call) and not value.args and method_call(value, self.optimizer, "step"):
             return "step"
-        kind = super()._classify(statement)
+        kind = super().classify(statement)
         return kind if kind in ("clip", "zero_grad", "scheduler") else None
 
     def plan(self) -> None:
-        found = self._find_step_group()
-        kinds = [self._classify(s) for s in found.statements]
+        found = step_function.find_step_group(self)
+        kinds = [self.classify(s) for s in found.statements]
         if kinds.count("step") != 1 or found.block is not self.block:
             raise Blocked(
                 found.statements[0],
@@ -66,15 +68,15 @@ class PlainStepBuilder(StepBuilder):
                 "the plain (non-AMP) path does not call "
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
-        zero_grads = [p for p in range(self.index) if self._zero_grad_call(self.body[p], self.optimizer, self.model)]
-        self._plan_step_group(found, self.optimizer, self.model, zero_grads)
+        zero_grads = [p for p in range(self.index) if self.zero_grad_call(self.body[p], self.optimizer, self.model)]
+        step_function.plan_step_group(self, found, self.optimizer, self.model, zero_grads)
         self.rules.plan.rewrites.append(
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
         )
         if not self.rules.exact:
-            self._order_optimizer_writes({*found.statements, self.backward}, self.optimizer, self.model)
+            order_optimizer_writes(self, {*found.statements, self.backward}, self.optimizer, self.model)
 
-    def _step_body(self, updated, kinds, optimizer: str):
+    def step_body(self, updated, kinds, optimizer: str):
         return list(updated), None
 
 

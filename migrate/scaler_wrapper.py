@@ -72,7 +72,8 @@ from .optimizer_wrapper_class import (
 from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
-from .steps import plan_model_wrap
+from .rules.model_wrap import plan_model_wrap
+from .rules.scaler_constructor import rewrite_constructor
 from .syntax import PARAMETERS_CALL, bare_method_call, code, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
@@ -396,7 +397,7 @@ class ScalerWrappers:
     def _plan_class(self, wrapper: WrapperClass) -> None:
         edits = self.plan.edits
         for constructor in wrapper.constructors:
-            self.rules._rewrite_constructor(constructor, self.facts.scaler_kind(constructor))
+            rewrite_constructor(self.rules, constructor, self.facts.scaler_kind(constructor))
         model = self.give_model(wrapper.node, wrapper.init)
         moved = list(wrapper.block.body)[wrapper.start : wrapper.update]
         self.plan.step_statements.update(n for s in moved for n in self.facts.subtree(s, cst.BaseStatement))
@@ -547,7 +548,7 @@ class ScalerWrappers:
 
         self.plan.edits.replace_expression(call, build)
         if library:
-            self.rules._rewritten_constructors.add(call)  # its import goes when nothing else uses it
+            self.rules.rewritten_constructors.add(call)  # its import goes when nothing else uses it
         replaced = f"-> {library}, " if library else ""
         self.plan.rewrites.append((call, f"loss-scaler wrapper {code(call.func)} {replaced}given the RoundPipe model"))
         return scope, name
@@ -705,8 +706,7 @@ class _PlainPathBesideWrapper(PlainStepBuilder):
     """The plain path of a two-path step whose AMP path is a wrapper call; the wrapper rule
     orders the main-thread optimizer writes for both paths (after the whole ``if``)."""
 
-    def _order_optimizer_writes(self, skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
-        return None
+    orders_optimizer_writes = False
 
 
 def _first_statement(function: cst.FunctionDef) -> Optional[cst.CSTNode]:

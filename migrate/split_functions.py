@@ -75,7 +75,7 @@ def detached_function_group(step: "StepBuilder") -> Optional["StepGroup"]:
     named = step.scaler, step.scaler_spellings
     if scaler != step.scaler:  # `backward_step(loss, amp_scaler)`, `optimizer_step(opt, grad_scaler, model)`
         step.scaler, step.scaler_spellings = scaler, spellings(step.facts, scaler, function.body.body[0])
-    found, _ = step._step_group_after(function.body, list(function.body.body), -1)
+    found, _ = step.step_group_after(function.body, list(function.body.body), -1)
     if found is None or not any(step.facts.within(call, s) for s in found.statements):
         step.scaler, step.scaler_spellings = named
         return None
@@ -119,13 +119,13 @@ def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: s
             f"the step in {where} trains {model!r}, which is not a parameter of {where}; "
             "a step split over functions is migrated only when the model is handed in",
         )
-    _require_same_caller_binding(step, function, model, step.rules._constructed(model, found.statements[0]))
+    _require_same_caller_binding(step, function, model, step.rules.constructed(model, found.statements[0]))
     outside = f"{where}, which holds the optimizer step of a step split over functions"
     refuse_zero_grad_outside(step, found, [step.facts.module], outside)
     if not step.rules.exact:
         _refuse_optimizer_writes(step, function, backward_function, found, optimizer)
     unfused = Blocked(step.backward, _CODE, f"the optimizer step is in another function ({where})")
-    step._plan_autograd_form(found, optimizer, model, unfused)
+    step.plan_autograd_form(found, optimizer, model, unfused)
     return True
 
 
@@ -162,7 +162,7 @@ def _require_same_scaler(
 ) -> None:
     """Both functions are called by name only, and every call passes the same scaler (as
     ``first_name`` of ``first``, ``name`` of ``second``)."""
-    scaler = step.rules._constructed(first_name, first.body.body[0])
+    scaler = step.rules.constructed(first_name, first.body.body[0])
     _require_same_caller_binding(step, second, name, scaler)
     for function in (first, second):
         scope = step.facts.scope(function)
@@ -180,7 +180,7 @@ def _require_same_scaler(
 
 def _require_same_caller_binding(step: "StepBuilder", function: cst.FunctionDef, name: str, expected: Binding) -> None:
     scope = step.facts.scope(function.body.body[0])
-    found = step.rules._caller_binding(Binding(scope, name, None, None), function)
+    found = step.rules.caller_binding(Binding(scope, name, None, None), function)
     if found.statement is not expected.statement:
         raise Blocked(
             function,
@@ -207,7 +207,7 @@ def _refuse_optimizer_writes(
         if isinstance(passed, cst.Name):
             places.append((step.facts.enclosing(site, (cst.FunctionDef,)) or step.facts.module, passed.value))
     for root, name in places:
-        writes = optimizer_writes(step.facts, root, name, step._is_scheduler, set(found.statements), trainers)
+        writes = optimizer_writes(step.facts, root, name, step.is_scheduler, set(found.statements), trainers)
         if writes:
             raise Blocked(
                 writes[0],

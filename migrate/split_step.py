@@ -48,7 +48,7 @@ def detached_group(step: "StepBuilder") -> Optional["StepGroup"]:
         return None
     method = methods.pop()
     assert method is not None
-    found, _ = step._step_group_after(method.body, list(method.body.body), -1)  # type: ignore[arg-type]
+    found, _ = step.step_group_after(method.body, list(method.body.body), -1)  # type: ignore[arg-type]
     if found is None or not any(step.facts.within(stepping[0], s) for s in found.statements):
         return None
     return found
@@ -80,7 +80,7 @@ def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model
         "RPM106",
         f"the optimizer step is in another method ({where}); the backward stays where it is",
     )
-    step._plan_autograd_form(found, optimizer, model, unfused)
+    step.plan_autograd_form(found, optimizer, model, unfused)
     return True
 
 

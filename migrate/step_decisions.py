@@ -133,7 +133,7 @@ def decision_blocker(builder: "StepBuilder", statement: cst.If) -> Optional[Bloc
     parts = branches(statement)
     for part in parts:
         for inner in part:
-            if builder._classify(inner) in _OPTIMIZER_KINDS:
+            if builder.classify(inner) in _OPTIMIZER_KINDS:
                 continue
             blocker = _side_blocker(builder, inner)
             if blocker is not None:
@@ -213,10 +213,10 @@ def _last_orelse(statement: cst.If) -> Optional[cst.CSTNode]:
 
 
 def _step_blocker(builder: "StepBuilder", parts: List[List[cst.BaseStatement]]) -> Optional[Blocker]:
-    steps = [s for part in parts for s in part if builder._classify(s) == "step"]
+    steps = [s for part in parts for s in part if builder.classify(s) == "step"]
     if len({code(only_expression(s) or cst.Pass()) for s in steps}) > 1:
         return Blocker(steps[1], "branches that step different optimizers")
-    if any(sum(1 for s in part if builder._classify(s) == "step") > 1 for part in parts):
+    if any(sum(1 for s in part if builder.classify(s) == "step") > 1 for part in parts):
         return Blocker(steps[1], "a branch that steps twice")
     return None
 
@@ -226,11 +226,11 @@ def decision_kinds(builder: "StepBuilder", group: Sequence[cst.BaseStatement]) -
     update it holds (once each, however many branches repeat them)."""
     kinds: List[Optional[str]] = []
     for statement in group:
-        kind = builder._classify(statement)
+        kind = builder.classify(statement)
         if kind != "decided" or not isinstance(statement, cst.If):
             kinds.append(kind)
             continue
-        inner = {builder._classify(s) for part in branches(statement) for s in part}
+        inner = {builder.classify(s) for part in branches(statement) for s in part}
         kinds += [k for k in ("step", "update") if k in inner]
     return kinds
 
@@ -241,7 +241,7 @@ def plan_branch_updates(builder: "StepBuilder", group: Sequence[cst.BaseStatemen
     carries their comments); None when no branch updates. An ``else`` left empty goes
     (unless its own lines hold a comment); another branch left empty gets ``pass``."""
     for statement in group:
-        if builder._classify(statement) != "decided" or not isinstance(statement, cst.If):
+        if builder.classify(statement) != "decided" or not isinstance(statement, cst.If):
             continue
         suites = [s for s in _suites(statement) if isinstance(s, cst.IndentedBlock)]
         ends = [suite.body[-1] for suite in suites if suite.body and _is_update(builder, suite.body[-1])]
@@ -281,6 +281,6 @@ def main_thread_work(builder: "StepBuilder", group: Sequence[cst.BaseStatement])
     (logging, counters): they make the step synchronous."""
     found: List[cst.BaseStatement] = []
     for statement in group:
-        if builder._classify(statement) == "decided" and isinstance(statement, cst.If):
-            found += [s for part in branches(statement) for s in part if builder._classify(s) not in _OPTIMIZER_KINDS]
+        if builder.classify(statement) == "decided" and isinstance(statement, cst.If):
+            found += [s for part in branches(statement) for s in part if builder.classify(s) not in _OPTIMIZER_KINDS]
     return found

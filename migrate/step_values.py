@@ -67,7 +67,7 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
     unscale/clip/measure statements; else None (the caller's own classification)."""
     if isinstance(statement, cst.If) and statement.orelse is not None:
         parts = branches(statement)
-        if all(parts) and all(builder._classify(s) in GUARDABLE for part in parts for s in part):
+        if all(parts) and all(builder.classify(s) in GUARDABLE for part in parts for s in part):
             return "guarded"
         return None
     assign = only_assignment(statement)
@@ -110,7 +110,7 @@ def escaping_values(builder: "StepBuilder", statements: Sequence[cst.BaseStateme
     facts = builder.facts
     written: List[str] = []
     for statement in statements:
-        if builder._classify(statement) in ("measure", None):  # None: work beside the step in its `if`
+        if builder.classify(statement) in ("measure", None):  # None: work beside the step in its `if`
             written += sorted(_bound(statement) - set(written))
     if not written:
         return EscapingValues((), None, ())
@@ -158,7 +158,7 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
     step that does not use the scaler reads the norm on the main thread and is not refused."""
     from .step_decisions import Blocker, decision_blocker, decision_kinds
 
-    kinds = [builder._classify(s) for s in found.statements]
+    kinds = [builder.classify(s) for s in found.statements]
     if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
         raise Blocked(
             found.statements[kinds.index("measure", kinds.index("update"))],
@@ -169,10 +169,7 @@ def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") 
         )
     statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []
     measured = {
-        n
-        for s, kind in builder._with_kinds(list(found.statements))
-        if kind == "measure"
-        for n in written_and_read(s)[0]
+        n for s, kind in builder.with_kinds(list(found.statements)) if kind == "measure" for n in written_and_read(s)[0]
     }
     if not measured or found.end >= len(statements):
         return

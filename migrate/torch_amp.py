@@ -38,7 +38,7 @@ from .names import SCALER_STATE_METHODS, ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
-from .scaler_device import upstream_arguments
+from .rules.scaler_constructor import drop_unused_scaler_imports, rewrite_constructor
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .state_objects import StateField, StateObjects
@@ -81,8 +81,8 @@ class TorchAmpRules:
         self.state_objects = StateObjects(facts)  # dataclass/dict states holding the objects
         self._attribute_scalers: Set[Tuple[Optional[InstanceFamily], str]] = set()  # (family, attribute)
         self._step_method_uses: List[cst.BaseExpression] = []
-        self._rewritten_constructors: Set[cst.Call] = set()
-        self._dropped_imports: Set[int] = set()
+        self.rewritten_constructors: Set[cst.Call] = set()
+        self.dropped_imports: Set[int] = set()  # ids of the import statements edited
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> Plan:
@@ -97,7 +97,7 @@ class TorchAmpRules:
         if self.plan.blocked:
             return self.plan
         self._collect(self._reject_unscale_elsewhere)
-        self._drop_unused_scaler_imports()
+        drop_unused_scaler_imports(self)
         for access in self._step_method_uses:
             if self.facts.statement_of(access) not in self.plan.step_statements:
                 self.plan.blocked.append(
@@ -239,7 +239,7 @@ class TorchAmpRules:
         if not isinstance(value, cst.Name):
             return False
         try:
-            return self._built_by_other_call(self._binding(value.value, at).statement)
+            return self._built_by_other_call(self.binding(value.value, at).statement)
         except Blocked:
             return False
 
@@ -282,7 +282,7 @@ class TorchAmpRules:
         if not isinstance(assignment.node, cst.Param):
             return assignment.node
         try:
-            outer = self._caller_binding(Binding(assignment.scope, assignment.name, None, None), at)
+            outer = self.caller_binding(Binding(assignment.scope, assignment.name, None, None), at)
         except Blocked:
             return None
         return outer.statement
@@ -325,7 +325,7 @@ class TorchAmpRules:
     def _plan_scaler(self, call: cst.Call, statement: cst.BaseStatement) -> None:
         given = self.state_objects.field_given(call)
         if given is not None:  # `{"scaler": GradScaler()}`, `TrainState(..., scaler=GradScaler())`
-            self._rewrite_constructor(call, self.facts.scaler_kind(call))
+            rewrite_constructor(self, call, self.facts.scaler_kind(call))
             self._follow_scaler(given[1], self.state_objects.field(*given), depth=0)
             return
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
@@ -338,7 +338,7 @@ class TorchAmpRules:
             and (isinstance(small.targets[0].target, cst.Name) or self._instance_attribute(small.targets[0].target))
         ):
             if isinstance(small, cst.Assign) and isinstance(small.value, (cst.IfExp, cst.BooleanOperation)):
-                self._rewrite_constructor(call, self.facts.scaler_kind(call))
+                rewrite_constructor(self, call, self.facts.scaler_kind(call))
                 self._follow_injected(small, call, 0)  # `self.scaler = scaler or GradScaler()`
                 return
             raise Blocked(
@@ -357,7 +357,7 @@ class TorchAmpRules:
             name, scope = family.follow(target.attr.value, SCALER_READS).reference, family
         else:
             name, scope = cst.ensure_type(target, cst.Name).value, self.facts.scope(small)
-        self._rewrite_constructor(call, kind)
+        rewrite_constructor(self, call, kind)
         self._follow_scaler(name, scope, depth=0)
 
     def _refuse_injected(self, assign: cst.Assign, at: cst.CSTNode) -> None:
@@ -406,7 +406,7 @@ class TorchAmpRules:
         """``self.x``, with ``self`` the instance parameter of a method of a class."""
         return isinstance(target, cst.Attribute) and self.attributes.family_of_attribute(target) is not None
 
-    def _accesses(self, name: str, scope) -> List[cst.BaseExpression]:
+    def accesses(self, name: str, scope) -> List[cst.BaseExpression]:
         """Every read of ``name`` (a plain name bound in ``scope``, or an instance
         attribute's reference in its family), in source order."""
         if isinstance(scope, InstanceFamily):
@@ -415,7 +415,7 @@ class TorchAmpRules:
             return list(scope.reads)
         return list(self.facts.accesses(name, scope))
 
-    def _assignments(self, name: str, scope) -> List[cst.CSTNode]:
+    def assignments(self, name: str, scope) -> List[cst.CSTNode]:
         """The nodes binding ``name`` in ``scope`` (an instance family: its one binding)."""
         if isinstance(scope, InstanceFamily):
             return [scope.follow(name.partition(".")[2]).statement]
@@ -423,7 +423,7 @@ class TorchAmpRules:
             return [self.facts.statement_of(scope.build)]
         return self.facts.assignments(name, scope)
 
-    def _runs_after(self, node: cst.CSTNode, scope, after: int) -> bool:
+    def runs_after(self, node: cst.CSTNode, scope, after: int) -> bool:
         """``node`` (a read of a name bound in ``scope``) may run after the statement at
         source rank ``after``: later in source order; in an instance family, in another
         method too."""
@@ -437,29 +437,11 @@ class TorchAmpRules:
         """The name the rules follow ``node`` as (see :meth:`InstanceAttributes.reference`)."""
         return self.attributes.reference(node) or self.state_objects.reference(node)
 
-    def _rewrite_constructor(self, call: cst.Call, kind) -> None:
-        upstream = upstream_arguments(self.facts, call, kind)  # the device folded into enabled=
-
-        def build(updated: cst.Call) -> cst.Call:
-            args = list(updated.args)
-            if upstream is not None:
-                args = upstream(args)
-            elif kind.implied_device is not None:  # legacy wrappers: init_scale comes first
-                device = cst.Arg(cst.SimpleString(f'"{kind.implied_device}"'))
-                if args:
-                    device = device.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                args.insert(0, device)
-            return updated.with_changes(func=cst.parse_expression("roundpipe.GradScaler"), args=args)
-
-        self.plan.edits.replace_expression(call, build)
-        self._rewritten_constructors.add(call)
-        self.plan.rewrites.append((call, "GradScaler -> roundpipe.GradScaler"))
-
     def _follow_scaler(self, name: str, scope, depth: int) -> None:
         """Check every use of the scaler variable; plan each training step it drives."""
         if depth > 4:
             raise Blocked(scope.node, "RPM104", "GradScaler passed through too many functions")
-        for access in self._accesses(name, scope):
+        for access in self.accesses(name, scope):
             parent = self.facts.parent(access)
             given = self.state_objects.field_given(access)
             if isinstance(scope, StateField):  # read as `state.scaler`: that is its name here
@@ -544,8 +526,10 @@ class TorchAmpRules:
         return names[index]
 
     # ------------------------------------------------- optimizer -> model binding
-    def _binding(self, name: str, at: cst.CSTNode) -> Binding:
-        held = self.state_objects.binding(name, at, self._binding) if "." in name or "[" in name else None
+    def binding(self, name: str, at: cst.CSTNode) -> Binding:
+        """Where ``name`` read at ``at`` is bound (a state object's field, an instance
+        attribute, or a name of the file). Raises :class:`Blocked` when no one binding is found."""
+        held = self.state_objects.binding(name, at, self.binding) if "." in name or "[" in name else None
         if held is not None:  # `state.optimizer`: what the state object's construction gives
             return held
         if "." in name:  # `self.optimizer`: bound once in a method of the class
@@ -569,10 +553,10 @@ class TorchAmpRules:
             value = small.value
             inner = returned_name(self.facts, small, name)  # `model, optimizer = build()`
             if inner is not None:
-                return self._binding(inner.value, inner)
+                return self.binding(inner.value, inner)
         return Binding(assignment.scope, name, statement, value)
 
-    def _caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
+    def caller_binding(self, binding: Binding, at: cst.CSTNode, depth: int = 0) -> Binding:
         """Follow a function parameter to the one binding every same-file caller passes."""
         function = self.facts.function_of(binding.scope)
         if function is None or depth > 4:
@@ -589,9 +573,9 @@ class TorchAmpRules:
             value = argument_for(site, function, binding.name)
             if not isinstance(value, cst.Name):
                 raise Blocked(site, "RPM108", f"{binding.name!r} is not passed as a plain name")
-            outer = self._binding(value.value, site)
+            outer = self.binding(value.value, site)
             if outer.statement is None:
-                outer = self._caller_binding(outer, site, depth + 1)
+                outer = self.caller_binding(outer, site, depth + 1)
             if found is not None and outer.statement is not found.statement:
                 raise Blocked(
                     site, "RPM107", f"{function.name.value}() is called with different objects for {binding.name!r}"
@@ -600,59 +584,15 @@ class TorchAmpRules:
         assert found is not None  # sites is not empty
         return found
 
-    def _constructed(self, name: str, at: cst.CSTNode) -> Binding:
-        binding = self._binding(name, at)
+    def constructed(self, name: str, at: cst.CSTNode) -> Binding:
+        """:meth:`binding`, followed through a parameter to what the callers pass."""
+        binding = self.binding(name, at)
         if binding.statement is None:
-            binding = self._caller_binding(binding, at)
+            binding = self.caller_binding(binding, at)
         return binding
 
-    # ------------------------------------------------------------ imports
-    def _drop_unused_scaler_imports(self) -> None:
-        """Remove ``GradScaler`` from imports whose every use was a rewritten constructor
-        (so migrated scripts keep no dead torch import)."""
-        for call in self._rewritten_constructors:
-            # ``GradScaler(...)`` from ``from m import GradScaler``, or ``A.GradScaler(...)``
-            # from ``import m as A``
-            imported = call.func.value if isinstance(call.func, cst.Attribute) else call.func
-            if not isinstance(imported, cst.Name):
-                continue
-            name = imported.value
-            scope = self.facts.scope(call)
-            assignments = [a for a in scope[name] if isinstance(a, Assignment)] if scope is not None else []
-            module_alias = imported is not call.func
-            kind = cst.Import if module_alias else cst.ImportFrom
-            if not assignments or not all(isinstance(a.node, kind) for a in assignments):
-                continue
-            uses = [r.node for a in assignments for r in a.references]
-            if not all(self._is_rewritten_constructor(self._attribute_of(use, module_alias)) for use in uses):
-                continue
-            for assignment in assignments:
-                assert isinstance(assignment.node, (cst.Import, cst.ImportFrom))  # each is a `kind`, checked above
-                self._drop_import_name(assignment.node, name)
-
-    def _attribute_of(self, use: cst.CSTNode, module_alias: bool) -> cst.CSTNode:
-        """``A.GradScaler`` for a use of the module alias ``A`` (``use`` itself otherwise)."""
-        parent = self.facts.parent(use) if module_alias else None
-        return parent if parent is not None else use
-
-    def _is_rewritten_constructor(self, node: cst.CSTNode) -> bool:
-        parent = self.facts.parent(node)
-        return isinstance(parent, cst.Call) and parent.func is node and parent in self._rewritten_constructors
-
-    def _drop_import_name(self, statement: Union[cst.Import, cst.ImportFrom], name: str) -> None:
-        if id(statement) in self._dropped_imports:
-            return
-        self._dropped_imports.add(id(statement))
-        names = statement.names if isinstance(statement.names, (list, tuple)) else []
-        kept = [a for a in names if (a.evaluated_alias or a.evaluated_name) != name]
-        line = self.facts.parent(statement)
-        if kept and isinstance(line, cst.SimpleStatementLine):
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            self.plan.edits.replace_expression(statement, lambda updated: updated.with_changes(names=kept))
-        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            self._drop(line)
-
-    def _drop(self, statement: cst.SimpleStatementLine) -> None:
+    # ------------------------------------------------------------ removing statements
+    def drop_line(self, statement: cst.SimpleStatementLine) -> None:
         """Remove an import line; an import guard left empty goes too, another block gets
         ``pass``."""
         block = self.facts.parent(statement)
@@ -660,7 +600,7 @@ class TorchAmpRules:
         body = list(block.body)
         guard = self.facts.parent(block)
         if len(body) == 1 and self._import_guard(guard):
-            self._drop_statement(cst.ensure_type(guard, cst.Try))
+            self.drop_statement(cst.ensure_type(guard, cst.Try))
             return
         if isinstance(block, cst.IndentedBlock) and len(body) == 1:
             keep = cst.ensure_type(cst.parse_statement("pass\n"), cst.SimpleStatementLine)
@@ -676,9 +616,10 @@ class TorchAmpRules:
                 ],
             )
         else:
-            self._drop_statement(statement)
+            self.drop_statement(statement)
 
-    def _drop_statement(self, statement: cst.BaseStatement) -> None:
+    def drop_statement(self, statement: cst.BaseStatement) -> None:
+        """Remove ``statement`` from its block, keeping its comments."""
         block = self.facts.parent(statement)
         assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(statement)

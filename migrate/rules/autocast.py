@@ -7,7 +7,7 @@ RULE = Rule(
     order=20,
     description="autocast blocks are kept; loss statements after the block stay outside autocast",
     codes=(),
-    implemented_in=("steps.py",),
+    implemented_in=("rules/loss_function.py",),
     patterns=(
         Pattern(
             "any autocast spelling (`torch.autocast`, `torch.amp.autocast`, `torch.cuda.amp.autocast(flag)`, aliases)",

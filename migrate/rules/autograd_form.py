@@ -1,6 +1,22 @@
-"""Rule autograd_form: a step whose forward cannot move into a loss function keeps its forward, loss code and backward; only the optimizer work moves into model.step."""
+"""Rule autograd_form: a step whose forward cannot move into a loss function keeps its forward, loss code and backward; only the optimizer work moves into model.step.
 
+:func:`plan_autograd_form` plans it for a :class:`~migrate.steps.StepBuilder` (``step``)
+whose fused form was refused for one of the reasons in :data:`migrate.steps.UNFUSABLE`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..plan import Blocked
 from . import Example, Pattern, Rule
+from .optimizer_writes import order_optimizer_writes
+from .step_function import StepGroup, plan_step_group, require_every_iteration
+
+if TYPE_CHECKING:
+    from ..steps import StepBuilder
+
+__all__ = ["RULE", "plan_autograd_form"]
 
 _WORK_BETWEEN = """import math
 
@@ -139,7 +155,7 @@ RULE = Rule(
     description="a step whose forward cannot move into a loss function keeps its forward, loss code "
     "and backward; only the optimizer work moves into model.step",
     codes=("RPM133", "RPM135"),
-    implemented_in=("steps.py", "split_functions.py"),
+    implemented_in=("rules/autograd_form.py", "split_functions.py", "split_step.py"),
     patterns=(
         Pattern(
             "the backward and the optimizer step in two functions handed the scaler (`backward_step(loss, scaler)` ending with `grad_scaler.scale(loss).backward()`, `optimizer_step(optimizer, scaler, model)`, the scaler parameters named alike or not with unscale/clip/step/update/zero_grad), in the same file or in files of the project that only this caller imports",
@@ -227,3 +243,23 @@ RULE = Rule(
         Example(_RENAMED_OTHER_SCALER, codes=("RPM106",)),
     ),
 )
+
+
+def plan_autograd_form(step: "StepBuilder", found: StepGroup, optimizer: str, model: str, unfused: Blocked) -> None:
+    """RoundPipe's autograd form (design/MIGRATE.md, "Two target forms"): the forward,
+    the loss code and ``scaler.scale(loss).backward()`` stay on the main thread as
+    written (RoundPipe's forward is differentiable; the backward accumulates the
+    gradients that ``model.step`` hands to the optimizer copies); only the optimizer
+    work moves into the step function. ``unfused`` says why the fused form was refused."""
+    zero_grads = [p for p in range(step.index) if step.zero_grad_call(step.body[p], optimizer, model)]
+    if zero_grads:
+        require_every_iteration(step, step.body[zero_grads[0]], found)
+    plan_step_group(step, found, optimizer, model, zero_grads)
+    step.rules.plan.rewrites.append(
+        (
+            step.backward,
+            f"autograd form: forward, loss code and backward kept on the main thread (not fused: {unfused.message})",
+        )
+    )
+    if not step.rules.exact:
+        order_optimizer_writes(step, {*found.statements, step.backward}, optimizer, model)

@@ -38,7 +38,7 @@ RULE = Rule(
         "multi-process one; `model_without_ddp` aliases and `no_sync` blocks follow"
     ),
     codes=("RPM101", "RPM114"),
-    implemented_in=("ddp_guard.py", "steps.py", "model_uses.py"),
+    implemented_in=("ddp_guard.py", "rules/model_wrap.py", "model_uses.py"),
     patterns=(
         Pattern(
             "`if args.distributed: model = DistributedDataParallel(model, ...); model_without_ddp = "

@@ -54,7 +54,7 @@ RULE = Rule(
     order=53,
     description="an `if` reading a gradient norm measured in the step chooses what the step does",
     codes=("RPM135",),
-    implemented_in=("step_decisions.py", "step_values.py", "steps.py"),
+    implemented_in=("step_decisions.py", "step_values.py", "rules/step_function.py"),
     patterns=(
         Pattern(
             "`norm = clip_grad_norm_(...)` then `if not torch.isfinite(norm): log; skipped += 1; "

@@ -60,7 +60,7 @@ RULE = Rule(
         "and norms read after the step"
     ),
     codes=("RPM134", "RPM135"),
-    implemented_in=("step_values.py", "steps.py"),
+    implemented_in=("step_values.py", "rules/step_function.py"),
     patterns=(
         Pattern(
             "`norm = clip_grad_norm_(model.parameters(), c)` or `norm = helper(model.parameters())` "

@@ -7,7 +7,7 @@ RULE = Rule(
     order=40,
     description="statements between forward and backward that the loss does not need stay on the main thread, in order",
     codes=("RPM113",),
-    implemented_in=("steps.py", "syntax.py"),
+    implemented_in=("rules/loss_function.py", "syntax.py"),
     patterns=(
         Pattern(
             "other statements between the forward and the backward (a next-batch fetch, sample counting, logging)",

@@ -45,7 +45,7 @@ RULE = Rule(
         "identity; a training function called for several models wraps each"
     ),
     codes=("RPM107", "RPM108"),
-    implemented_in=("optimizer_helpers.py", "origins.py", "steps.py"),
+    implemented_in=("optimizer_helpers.py", "origins.py", "rules/model_wrap.py"),
     patterns=(
         Pattern(
             "`optimizer = build_optimizer(model, cfg)`: a helper that groups the parameters by name "

@@ -1,13 +1,38 @@
-"""Rule optimizer_writes: main-thread optimizer-state writes are ordered after the running asynchronous step."""
+"""Rule optimizer_writes: main-thread optimizer-state writes are ordered after the running asynchronous step.
 
+:func:`order_optimizer_writes` finds, for a :class:`~migrate.steps.StepBuilder`
+(``step``), every place the step's optimizer may be written on the main thread (the step's
+function, the callers that built the optimizer, a state object's functions, aliases) and
+plans ``model.synchronize()`` before each write there (:mod:`migrate.optimizer_writes`
+finds the writes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Scope
+
+from .. import multi_step
+from ..aliases import spellings
+from ..attributes import InstanceFamily, instance_places
+from ..optimizer_writes import is_scheduler, optimizer_writes
+from ..origins import INLINE
 from . import Example, Pattern, Rule
+
+if TYPE_CHECKING:
+    from ..steps import StepBuilder
+
+__all__ = ["RULE", "order_optimizer_writes"]
 
 RULE = Rule(
     name="optimizer_writes",
     order=80,
     description="main-thread optimizer-state writes are ordered after the running asynchronous step",
     codes=(),
-    implemented_in=("optimizer_writes.py", "steps.py"),
+    implemented_in=("rules/optimizer_writes.py", "optimizer_writes.py"),
     patterns=(
         Pattern(
             'main-thread writes of optimizer state that may run while an asynchronous step is in flight: `for g in optimizer.param_groups: g["lr"] = ...`, a scheduler step outside the step group, `add_param_group`, `optimizer.load_state_dict`, an `optimizer.zero_grad()` left outside the step function (beside a two-path `if`, before a micro-step loop), a helper given the optimizer (`adjust_learning_rate(optimizer, epoch)`); reads of the scheduler that the step function steps (`scheduler.get_last_lr()` logged after the step), a method of an object built with the optimizer (`policy = WarmupPolicy(optimizer, lr)`, then `policy.step_update(n)`)',
@@ -37,3 +62,54 @@ RULE = Rule(
         ),
     ),
 )
+
+
+def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
+    """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
+    optimizer) in the step's function, and after the wrap where the optimizer is built,
+    wait for the running step first (``model.synchronize()`` before them); the
+    ``skipped`` statements are the step's own. Nothing for a step whose shape leaves the
+    ordering to another rule (``step.orders_optimizer_writes``)."""
+    if not step.orders_optimizer_writes:
+        return
+    facts = step.facts
+    function = facts.enclosing(step.backward, (cst.FunctionDef,))
+    trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
+    trainers = {trainer} if trainer else set()
+    places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
+        (function or facts.module, optimizer, model, [step.backward])
+    ]
+    states = step.rules.state_objects
+    for built, model_outer in step.builds:
+        if isinstance(built.scope, InstanceFamily):
+            places = instance_places(built.scope, function, step.backward, optimizer, model)
+        if built.scope is facts.scope(step.backward) or not trainer or built.name == INLINE:
+            continue
+        scope = built.scope
+        root: cst.CSTNode = (facts.function_of(scope) if isinstance(scope, Scope) else None) or facts.module
+        # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
+        calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
+        places.append((root, built.name, model_outer, calls))
+    # a state object's optimizer: every function holding the state may write it anytime
+    places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, step.backward)]
+    # `opt = optimizer`: writes through an alias bound once in the step's scope
+    places += [
+        (function or facts.module, alias, model, [step.backward])
+        for alias in sorted(spellings(facts, optimizer, step.backward) - {optimizer})
+    ]
+    for root, name, model_name, anchors in places:
+
+        def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
+            return is_scheduler(step.rules, owner, at) and multi_step.schedules(step, owner, at, name)
+
+        for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
+            if anchors is None or any(_may_run_after(step, statement, anchor) for anchor in anchors):
+                step.rules.plan.synchronize_before.append((statement, model_name))
+
+
+def _may_run_after(step: "StepBuilder", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+    """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
+    if step.facts.order(statement) > step.facts.order(anchor):
+        return True
+    loops = {id(a) for a in step.facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
+    return any(id(a) in loops for a in step.facts.ancestors(statement))

@@ -188,7 +188,7 @@ RULE = Rule(
     description="GANs and other programs stepping several networks, with one scaler shared by "
     "their steps or one scaler each",
     codes=("RPM107", "RPM108"),
-    implemented_in=("multi_step.py", "joint_steps.py", "reached_models.py", "steps.py"),
+    implemented_in=("multi_step.py", "joint_steps.py", "reached_models.py", "rules/step_function.py"),
     patterns=(
         Pattern(
             "several networks, each with its own optimizer and backward (a GAN's discriminator step, then its generator step through the discriminator), with one scaler shared by the steps (`scaler.step(opt_d)` after the first backward, `scaler.step(opt_g)` and the one `scaler.update()` after the second) or one scaler each",

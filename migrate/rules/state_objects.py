@@ -98,7 +98,7 @@ RULE = Rule(
     order=66,
     description=__doc__.split(": ", 1)[1],
     codes=("RPM125",),
-    implemented_in=("state_objects.py", "aliases.py", "torch_amp.py", "steps.py", "model_uses.py"),
+    implemented_in=("state_objects.py", "aliases.py", "torch_amp.py", "rules/model_wrap.py", "model_uses.py"),
     patterns=(
         Pattern(
             "a state object holding the training objects: `TrainState(model, optimizer, scaler)` "

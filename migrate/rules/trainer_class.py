@@ -236,7 +236,7 @@ RULE = Rule(
     implemented_in=(
         "attributes.py",
         "torch_amp.py",
-        "steps.py",
+        "rules/model_wrap.py",
         "model_uses.py",
         "split_step.py",
         "handed_in.py",
