@@ -2,40 +2,29 @@
 (asynchronous) migrations run the same number of steps, and raising the microbatch count
 keeps the loss (mean losses are divided by it)."""
 
-import contextlib
-import io
 import math
 import pathlib
 import re
-import runpy
 
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("amp_*.py"))
 STEP = re.compile(r"^step (\d+) loss (-?\d+\.\d+)", re.M)
 
 
-def _run(source: str, tmp_path: pathlib.Path, name: str) -> str:
-    script = tmp_path / name
-    script.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_exact_migration_prints_the_same_numbers(path, tmp_path):
     source = path.read_text()
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     exact = migrate_source(source, str(path), exact=True)
     assert exact.status == "migrated"
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, str(path))
-    async_run = _run(default.migrated, tmp_path, "default.py")
+    async_run = run_script(default.migrated, tmp_path, "default.py")
     assert len(STEP.findall(async_run)) == len(STEP.findall(original)) >= 6
 
 
@@ -45,8 +34,8 @@ def test_more_microbatches_keep_the_loss(name, tmp_path):
     migrated = migrate_source(source, name, exact=True).migrated
     split = migrated.replace("NUM_MICROBATCH = 1 ", "NUM_MICROBATCH = 2 ", 1)
     assert split != migrated
-    first = [float(v) for _, v in STEP.findall(_run(migrated, tmp_path, "one.py"))][0]
-    second = [float(v) for _, v in STEP.findall(_run(split, tmp_path, "two.py"))][0]
+    first = [float(v) for _, v in STEP.findall(run_script(migrated, tmp_path, "one.py"))][0]
+    second = [float(v) for _, v in STEP.findall(run_script(split, tmp_path, "two.py"))][0]
     assert second == pytest.approx(first, rel=2e-3, abs=1e-5)
 
 
@@ -60,7 +49,7 @@ def test_migrated_apex_examples_train_on_cpu_without_apex(path, exact, tmp_path,
     result = migrate_source(path.read_text(), str(path), exact=exact)
     assert result.status == "migrated"
     assert not re.search(r"^\s*(from apex|import apex)", result.migrated, re.M)
-    losses = [float(v) for _, v in STEP.findall(_run(result.migrated, tmp_path, path.name))]
+    losses = [float(v) for _, v in STEP.findall(run_script(result.migrated, tmp_path, path.name))]
     assert len(losses) >= 6
     assert all(math.isfinite(v) for v in losses)
     assert len(set(losses)) > 1  # the weights moved between steps
@@ -97,8 +86,8 @@ def test_loss_computed_outside_autocast_stays_outside_and_matches(tmp_path):
     migrated = migrate_source(LOSS_OUTSIDE_AUTOCAST, "outside.py", exact=True)
     assert migrated.status == "migrated"
     assert 'torch.autocast(device_type="cpu", enabled=False)' in migrated.migrated
-    original = _run(LOSS_OUTSIDE_AUTOCAST, tmp_path, "original.py")
-    assert _run(migrated.migrated, tmp_path, "migrated.py") == original
+    original = run_script(LOSS_OUTSIDE_AUTOCAST, tmp_path, "original.py")
+    assert run_script(migrated.migrated, tmp_path, "migrated.py") == original
     assert len(STEP.findall(original)) == 8
 
 
@@ -111,11 +100,11 @@ def test_migrated_fixture_prints_the_originals_numbers(name, tmp_path):
     """Statements kept on the main thread (bookkeeping, a next-batch fetch) run where they
     ran; under --exact every printed number, the logged loss included, is the original's."""
     source = (CASES / name).read_text()
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     exact = migrate_source(source, name, exact=True)
     assert exact.status == "migrated"
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
-    default = _run(migrate_source(source, name).migrated, tmp_path, "default.py")
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
+    default = run_script(migrate_source(source, name).migrated, tmp_path, "default.py")
     assert len(STEP.findall(default)) == len(STEP.findall(original)) >= 6
 
 
@@ -124,7 +113,7 @@ def test_logged_loss_stays_finite_when_loss_times_scale_overflows(tmp_path):
     the migrated script logs the real loss, never inf, in both modes."""
     source = (CASES / "next_batch_fetch.py").read_text()
     for exact in (True, False):
-        printed = _run(migrate_source(source, exact=exact).migrated, tmp_path, "overflow.py")
+        printed = run_script(migrate_source(source, exact=exact).migrated, tmp_path, "overflow.py")
         losses = [float(v) for _, v in STEP.findall(printed)]
         assert losses and all(math.isfinite(v) for v in losses)
         assert "scale 8.50705917" in printed  # a step overflowed: 2**127 was halved
@@ -148,9 +137,9 @@ def test_lr_written_on_the_main_thread_does_not_race_with_the_step(tmp_path, mon
 
     monkeypatch.setattr(torch.optim.SGD, "step", slow_step)
     source = (CASES / "lr_schedule_by_hand.py").read_text()
-    _run(source, tmp_path, "original.py")
+    run_script(source, tmp_path, "original.py")
     original, used[:] = list(used), []
     migrated = migrate_source(source, "lr_schedule_by_hand.py")
     assert migrated.status == "migrated"
-    _run(migrated.migrated, tmp_path, "default.py")
+    run_script(migrated.migrated, tmp_path, "default.py")
     assert used == original and len(original) == 8

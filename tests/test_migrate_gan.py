@@ -9,16 +9,13 @@ with its own ``model.step``; the shared scale updated once per iteration), the d
 
 from __future__ import annotations
 
-import contextlib
-import io
-import pathlib
 import re
-import runpy
 
 import pytest
 
 from migrate import multi_step
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 STEP = re.compile(r"^step \d+ ", re.M)
 
@@ -432,15 +429,6 @@ PROGRAMS = {
 }
 
 
-def _run(source: str, folder: pathlib.Path, name: str) -> str:
-    script = folder / name
-    script.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
-    return out.getvalue()
-
-
 def test_shared_scaler_gets_one_step_function_per_network_and_one_update():
     result = migrate_source(SHARED_SCALER, "gan.py", exact=True)
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
@@ -474,18 +462,18 @@ FAST_DEFAULT = {"shared_scaler", "two_scalers"}
 @pytest.mark.parametrize("name", _cases(FAST_EXACT))
 def test_exact_migration_prints_the_originals_numbers(name, tmp_path):
     source = PROGRAMS[name]
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     assert len(STEP.findall(original)) >= 6
     exact = migrate_source(source, f"{name}.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
 
 
 def test_shared_scale_backs_off_once_for_the_skipped_discriminator_step(tmp_path):
     """The inf loss of iteration 3 skips the discriminator's step only; the one update
     combines both optimizers' inf checks (the scale halves once, as with torch)."""
     exact = migrate_source(SHARED_SCALER, "gan.py", exact=True).migrated
-    scales = [float(s) for s in re.findall(r" scale (\S+)$", _run(exact, tmp_path, "exact.py"), re.M)]
+    scales = [float(s) for s in re.findall(r" scale (\S+)$", run_script(exact, tmp_path, "exact.py"), re.M)]
     assert scales[2] * 0.5 == scales[3] == scales[4] < scales[5]
 
 
@@ -495,19 +483,19 @@ def test_default_migration_runs_as_many_steps(name, tmp_path):
     default = migrate_source(source, f"{name}.py")
     assert default.status == "migrated"
     assert "is_async=False" not in default.migrated
-    printed = _run(default.migrated, tmp_path, "default.py")
-    assert len(STEP.findall(printed)) == len(STEP.findall(_run(source, tmp_path, "original.py")))
+    printed = run_script(default.migrated, tmp_path, "default.py")
+    assert len(STEP.findall(printed)) == len(STEP.findall(run_script(source, tmp_path, "original.py")))
 
 
 def test_keeping_zero_grad_in_place_is_what_keeps_the_numbers(tmp_path, monkeypatch):
     """Moving the top-of-iteration zero_grad() into the step function (the single-network
     rule) would hand the gradients the generator's backward left in the discriminator to its
     next step: the numbers would change. The test above would notice."""
-    original = _run(SHARED_SCALER, tmp_path, "original.py")
+    original = run_script(SHARED_SCALER, tmp_path, "original.py")
     monkeypatch.setattr(multi_step, "keeps_zero_grad_in_place", lambda step: False)
     moved = migrate_source(SHARED_SCALER, "gan.py", exact=True)
     assert "        netD.zero_grad()\n" not in moved.migrated
-    assert _run(moved.migrated, tmp_path, "moved.py") != original
+    assert run_script(moved.migrated, tmp_path, "moved.py") != original
 
 
 def test_an_optimizer_over_two_networks_is_refused_by_name():
@@ -557,7 +545,7 @@ def test_both_steps_after_the_generators_backward_get_a_step_function_each(tmp_p
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
     assert "            scaler.step(opt_g)\n            opt_g.zero_grad()\n\n        netG.step(" in result.migrated
     assert "            scaler.step(opt_d)\n            opt_d.zero_grad()\n\n        netD.step(" in result.migrated
-    assert _run(result.migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+    assert run_script(result.migrated, tmp_path, "exact.py") == run_script(source, tmp_path, "original.py")
 
 
 def test_clipping_over_both_networks_after_one_backward_is_refused():
@@ -586,9 +574,9 @@ def test_default_migration_applies_each_iterations_inf_checks_one_iteration_late
     printed scales are the original's, one iteration late; the skipped discriminator step
     of iteration 3 backs the scale off once, in iteration 4."""
     scale = re.compile(r" scale (\S+)$", re.M)
-    original = [float(s) for s in scale.findall(_run(SHARED_SCALER, tmp_path, "original.py"))]
+    original = [float(s) for s in scale.findall(run_script(SHARED_SCALER, tmp_path, "original.py"))]
     default = migrate_source(SHARED_SCALER, "gan.py").migrated
-    lagged = [float(s) for s in scale.findall(_run(default, tmp_path, "default.py"))]
+    lagged = [float(s) for s in scale.findall(run_script(default, tmp_path, "default.py"))]
     assert lagged == [1024.0] + original[:-1]
 
 
@@ -609,7 +597,7 @@ def test_the_discriminator_step_may_call_the_generator_under_no_grad(tmp_path):
     )
     exact = migrate_source(source, "gan.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
-    assert _run(exact.migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+    assert run_script(exact.migrated, tmp_path, "exact.py") == run_script(source, tmp_path, "original.py")
 
 
 @pytest.mark.parametrize(

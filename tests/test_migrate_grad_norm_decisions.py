@@ -4,13 +4,10 @@ its branches runs once after ``model.step``, and counters/logging in its branche
 main thread. The migrated programs print the original's numbers under ``--exact``, the
 default migration runs the same steps, and what cannot move is refused untouched."""
 
-import contextlib
-import io
-import runpy
-
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 SCRIPT = """
 import math
@@ -78,29 +75,20 @@ DECISIONS = {
 }
 
 
-def _run(source, tmp_path, name):
-    path = tmp_path / name
-    path.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(path), run_name="__main__")
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("decision", sorted(DECISIONS))
 def test_a_step_chosen_by_the_norm_prints_the_originals_numbers(decision, tmp_path):
     source = SCRIPT.replace("DECISION", DECISIONS[decision])
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     assert "norm nan" in original and original.count("step ") == 7
     exact = migrate_source(source, "train.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
     step_function = exact.migrated[exact.migrated.index("def _step_fn") : exact.migrated.index("model.step(")]
     assert "scaler.update()" not in step_function
     assert DECISIONS[decision].splitlines()[0].strip() in step_function  # the `if` moved with the measure
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, "train.py", exact=False)
     assert "model.step(_step_fn, is_async=False)" in default.migrated  # the norm is read after the step
-    assert _run(default.migrated, tmp_path, "default.py").count("step ") == 7
+    assert run_script(default.migrated, tmp_path, "default.py").count("step ") == 7
 
 
 def test_a_decision_without_main_thread_work_keeps_the_step_asynchronous():

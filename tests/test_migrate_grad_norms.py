@@ -2,13 +2,10 @@
 program prints the original's norms, at module level (``global``) and in a function
 (``nonlocal``), in both the ``--exact`` and the default migration."""
 
-import contextlib
-import io
-import runpy
-
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 SCRIPT = """
 import torch
@@ -40,22 +37,13 @@ IN_A_FUNCTION = (
 )
 
 
-def _run(source, tmp_path, name):
-    path = tmp_path / name
-    path.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(path), run_name="__main__")
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("source", [SCRIPT, IN_A_FUNCTION], ids=["module", "function"])
 def test_a_norm_read_after_the_step_prints_the_originals_values(source, tmp_path):
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     assert original.count("grad_norm ") == 6
     for exact in (True, False):
         result = migrate_source(source, "train.py", exact=exact)
         assert result.status == "migrated", [d.format() for d in result.diagnostics]
         assert ("global grad_norm" in result.migrated) == (source is SCRIPT)
         assert "model.step(_step_fn, is_async=False)" in result.migrated
-        assert _run(result.migrated, tmp_path, f"migrated_{exact}.py") == original
+        assert run_script(result.migrated, tmp_path, f"migrated_{exact}.py") == original

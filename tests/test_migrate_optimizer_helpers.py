@@ -4,13 +4,10 @@ into a variable (torchvision's ``set_weight_decay``), or by a helper that builds
 optimizer (timm's ``create_optimizer``). The ``--exact`` migration prints the original's
 numbers; the default one runs as many steps."""
 
-import contextlib
-import io
-import runpy
-
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 SCRIPT = """
 import torch
@@ -61,26 +58,17 @@ train(KIND)
 """
 
 
-def _run(source, tmp_path, name):
-    path = tmp_path / name
-    path.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(path), run_name="__main__")
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("kind", ["inline", "variable", "helper"])
 def test_parameter_groups_train_the_same_after_migration(kind, tmp_path):
     source = SCRIPT.replace("KIND", repr(kind))
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     exact = migrate_source(source, "train.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
     assert exact.migrated.count(".adopt_optimizer(") == 3
     assert "model.model.named_parameters()" in exact.migrated  # the inline groups see the module's names
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, "train.py")
-    assert _run(default.migrated, tmp_path, "default.py").count("step ") == original.count("step ") == 5
+    assert run_script(default.migrated, tmp_path, "default.py").count("step ") == original.count("step ") == 5
 
 
 def test_a_builtin_constant_passed_to_the_optimizer_is_no_group_variable(tmp_path):
@@ -93,4 +81,4 @@ def test_a_builtin_constant_passed_to_the_optimizer_is_no_group_variable(tmp_pat
     assert "amsgrad=True" in source
     exact = migrate_source(source, "train.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
-    assert _run(exact.migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+    assert run_script(exact.migrated, tmp_path, "exact.py") == run_script(source, tmp_path, "original.py")

@@ -7,12 +7,12 @@ import contextlib
 import io
 import pathlib
 import re
-import runpy
 
 import pytest
 
 from migrate import cli
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 PROJECT = pathlib.Path(__file__).resolve().parent / "migrate_projects" / "optimizer_wrapper_class"
 STEP = re.compile(r"^step \d+ ", re.M)
@@ -223,28 +223,19 @@ if __name__ == "__main__":
 PROGRAMS = {"fairseq_like": FAIRSEQ_LIKE, "handed_optimizer": HANDED_OPTIMIZER, "norm_only": NORM_ONLY}
 
 
-def _run(source: str, tmp_path, name: str) -> str:
-    script = tmp_path / name
-    script.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
-    return out.getvalue()
-
-
 # ------------------------------------------------------------------------ execution
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_exact_migration_prints_the_originals_numbers(name, tmp_path):
     source = PROGRAMS[name]
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     steps = len(STEP.findall(original))
     assert steps >= 6
     exact = migrate_source(source, "train.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, "train.py")
     assert default.status == "migrated", [d.format() for d in default.diagnostics]
-    assert len(STEP.findall(_run(default.migrated, tmp_path, "default.py"))) == steps
+    assert len(STEP.findall(run_script(default.migrated, tmp_path, "default.py"))) == steps
     for text in (exact.migrated, default.migrated):
         assert migrate_source(text, "train.py").migrated == text  # idempotent
 

@@ -14,6 +14,7 @@ from migrate.engine import migrate_source
 from migrate.prefilter import select_candidates
 from migrate.project import migrate_project, project_view, wrapper_contexts
 from migrate.scaler_wrapper import WrapperContext
+from script_runs import run_script
 
 STEP = re.compile(r"^step \d+ ", re.M)
 
@@ -139,15 +140,6 @@ def _program(wrapper_source: str, wrapper: str, clip: str, flag: str) -> str:
     return wrapper_source + TRAIN.format(wrapper=wrapper, clip=clip, flag=flag)
 
 
-def _run(source: str, tmp_path, name: str) -> str:
-    script = tmp_path / name
-    script.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
-    return out.getvalue()
-
-
 PROGRAMS = {
     "clipped": _program(WRAPPER, "NativeScalerWithGradNormCount", "clip_grad=0.5, ", "update_grad"),
     "grad_norm_helper": _program(WRAPPER, "NativeScalerWithGradNormCount", "", "update_grad"),
@@ -209,13 +201,13 @@ def test_a_norm_bound_only_in_the_step_is_bound_before_it():
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_exact_migration_prints_the_originals_numbers(name, tmp_path):
     source = PROGRAMS[name]
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     assert len(STEP.findall(original)) == 4
     exact = migrate_source(source, "train.py", exact=True)
     assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
-    assert _run(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, "train.py")
-    assert len(STEP.findall(_run(default.migrated, tmp_path, "default.py"))) == 4
+    assert len(STEP.findall(run_script(default.migrated, tmp_path, "default.py"))) == 4
 
 
 # A three-file project: the wrapper in util/misc.py, built in main.py, called in engine.py,

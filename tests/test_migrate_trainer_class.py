@@ -7,14 +7,12 @@ for the running step before another method writes optimizer state. Every refusal
 statement that blocks.
 """
 
-import contextlib
-import io
 import re
-import runpy
 
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 STEP = re.compile(r"^step \d+ loss \S+", re.M)
 
@@ -135,15 +133,6 @@ main(False)
 """
 
 
-def _run(source: str, tmp_path, name: str) -> str:
-    script = tmp_path / name
-    script.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
-    return out.getvalue()
-
-
 def _migrated(source: str, exact: bool) -> str:
     result = migrate_source(source, "trainer.py", exact=exact)
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
@@ -154,10 +143,10 @@ def _migrated(source: str, exact: bool) -> str:
 @pytest.mark.parametrize("source", ["FUSED", "AUTOGRAD", "SPLIT"], ids=["fused", "autograd", "split"])
 def test_migrated_trainer_prints_the_original_numbers(source, tmp_path):
     source = globals()[source]  # SPLIT is defined further down, with its own tests
-    original = _run(source, tmp_path, "original.py")
+    original = run_script(source, tmp_path, "original.py")
     assert len(STEP.findall(original)) >= 8
-    assert _run(_migrated(source, exact=True), tmp_path, "exact.py") == original
-    lagged = _run(_migrated(source, exact=False), tmp_path, "default.py")
+    assert run_script(_migrated(source, exact=True), tmp_path, "exact.py") == original
+    lagged = run_script(_migrated(source, exact=False), tmp_path, "default.py")
     assert len(STEP.findall(lagged)) == len(STEP.findall(original))
 
 
@@ -315,7 +304,7 @@ def test_an_injected_scaler_becomes_roundpipes_wherever_every_construction_shows
     source = INJECTED.replace("    trainer = Trainer()\n", main)
     migrated = _migrated(source, exact=True)
     assert "scaler = roundpipe.GradScaler(" in migrated and "torch.amp.GradScaler" not in migrated
-    assert _run(migrated, tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+    assert run_script(migrated, tmp_path, "exact.py") == run_script(source, tmp_path, "original.py")
 
 
 def test_an_injected_scaler_of_a_class_built_elsewhere_is_refused_at_its_binding():
@@ -424,9 +413,9 @@ def test_a_model_and_optimizer_handed_to_the_constructor_are_wrapped_where_the_c
         "    trainer = Trainer(net, torch.optim.SGD(net.optim_parameters(), lr=0.1, momentum=0.9), clip=0.5)\n"
     ) in migrated
     assert "        self.model.step(_step_fn, is_async=False)\n" in migrated
-    original = _run(HANDED, tmp_path, "original.py")
-    assert _run(migrated, tmp_path, "exact.py") == original
-    assert len(STEP.findall(_run(_migrated(HANDED, exact=False), tmp_path, "default.py"))) == 8
+    original = run_script(HANDED, tmp_path, "original.py")
+    assert run_script(migrated, tmp_path, "exact.py") == original
+    assert len(STEP.findall(run_script(_migrated(HANDED, exact=False), tmp_path, "default.py"))) == 8
 
 
 def test_the_result_names_the_classes_followed_through_their_constructions():
@@ -643,7 +632,9 @@ def test_builtin_names_near_a_trainer_are_no_instances_of_it(name, tmp_path):
     class of the file, no instance of it) and the trainer migrates (each crashed with RPM904)."""
     source = BUILTIN_NAMES[name]
     assert source != FUSED
-    assert _run(_migrated(source, exact=True), tmp_path, "exact.py") == _run(source, tmp_path, "original.py")
+    assert run_script(_migrated(source, exact=True), tmp_path, "exact.py") == run_script(
+        source, tmp_path, "original.py"
+    )
 
 
 MIXINS = HANDED[: HANDED.index("class Trainer(")]  # the mixins, in a file of their own
@@ -661,7 +652,7 @@ def _run_project(files, tmp_path, name: str) -> str:
         (folder / path).write_text(text)
     sys.path.insert(0, str(folder))
     try:
-        return _run((folder / "main.py").read_text(), folder, "main.py")
+        return run_script((folder / "main.py").read_text(), folder, "main.py")
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop("hooks", None)
