@@ -25,6 +25,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 import roundpipe.compat
+from roundpipe.compat.global_casts import stop_casting
 
 from .runners import Trace, _optimizer_tensors, _snapshot
 from .scenarios import Scenario, loss_of, make_batches, make_model, make_optimizers
@@ -247,7 +248,15 @@ def run_apex(scenario: Scenario, device: str) -> Trace:
 
 def run_compat(scenario: Scenario, device: str) -> Trace:
     """The migrated form: ``roundpipe.compat.initialize``, one ``forward_backward`` per
-    ``scale_loss`` block, synchronous RoundPipe steps."""
+    ``scale_loss`` block, synchronous RoundPipe steps. O1's thread-wide autocast ends with
+    the run, so the matrix's next runs compute without it."""
+    try:
+        return _run_compat(scenario, device)
+    finally:
+        stop_casting()
+
+
+def _run_compat(scenario: Scenario, device: str) -> Trace:
     amp = roundpipe.compat
     settings = _settings(scenario)
     net, model, optimizers = _initialize(amp, scenario, device)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from o1_casts import end_o1_casts
 from roundpipe import optim_stream
 
 
@@ -11,6 +12,14 @@ def _optimizer_stream_is_drained_after_each_test():
     """A test must not leave failing or running optimizer work behind for the next one."""
     yield
     optim_stream.synchronize("the end of the test")
+
+
+@pytest.fixture(autouse=True)
+def _o1_casts_end_with_each_test():
+    """O1 casts from ``initialize`` on, for the rest of the thread (as apex's patches of
+    torch): a test's O1 must not reach the next test."""
+    yield
+    end_o1_casts()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -24,6 +24,7 @@ import torch
 
 from migrate.engine import migrate_source
 from migrate_cli_support import run
+from o1_casts import end_o1_casts
 from upstream_api import check_program
 
 FAKE_APEX = pathlib.Path(__file__).parent / "fake_apex"
@@ -103,12 +104,7 @@ def _printed(source: str, path: pathlib.Path) -> List[str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         runpy.run_path(str(path), run_name="__main__")
-    fake_amp = sys.modules.get("apex.amp")
-    if fake_amp is not None:
-        # The fake apex's O1 autocast, opened by a forward, closes at the next scale_loss; the
-        # eval forward leaves it open, as the program ends. Left open, it would keep every
-        # later program's autocast from clearing its cast cache (stale weights next step).
-        fake_amp._close_casts()
+    end_o1_casts()
     return out.getvalue().splitlines()
 
 

@@ -580,11 +580,38 @@ def test_o1_runs_forward_and_loss_fn_under_autocast_and_backward_outside(device)
     assert in_backward == [False]
     copy = next(model.optim_parameters())  # the block's exit moved the gradient there
     assert net.lin.weight.dtype == copy.grad.dtype == torch.float32 and net.lin.weight.grad is None
-    assert not torch.is_autocast_enabled(device)
     model(x)
     assert net.seen[-1] == (True, low)
-    net(x)  # the module itself is not patched
-    assert net.seen[-1] == (False, torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_o1_casts_the_whole_thread_but_not_the_step_until_the_next_initialize(device):
+    """apex's O1 patches torch for the whole program, the optimizer step excepted."""
+    net = _AutocastProbe().to(device)
+    model, opt = initialize(net, sgd(net.parameters()), opt_level="O1")
+    x = make_data(batch=4, device=device)[0][0]
+    net(x)  # the module called directly, outside the RoundPipe
+    assert net.seen == [(True, AUTOCAST_DTYPE[device])]
+    in_step = []
+    model.step(lambda: in_step.append(torch.is_autocast_enabled(device)), is_async=False)
+    assert in_step == [False]
+    initialize(_AutocastProbe().to(device), opt_level="O0")
+    assert not torch.is_autocast_enabled(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_o1_evaluation_loss_after_a_plain_forward_is_float32_as_apex(device):
+    """apex's O1 runs its loss functions in float32 wherever they are called, so a
+    validation loss computed from a forward's low-precision output is float32."""
+    net = _AutocastProbe().to(device)
+    model = initialize(net, opt_level="O1")
+    x, y = make_data(batch=4, device=device)[0]
+    with torch.no_grad():
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+    assert out.dtype == AUTOCAST_DTYPE[device]
+    assert loss.dtype == torch.float32
+    assert loss == F.cross_entropy(out.float(), y)
 
 
 def test_o1_without_patching_runs_no_autocast():

@@ -375,3 +375,25 @@ def test_a_closure_is_refused_where_apex_refuses_it():
     calls = []
     amp.loss_scaler().step(optimizer, lambda: calls.append(1))  # O1: passed on to the optimizer
     assert calls == [1]
+
+
+def test_the_stand_in_casts_as_apexs_o1_from_initialize_on_but_not_in_backward_or_step():
+    """apex's O1 patches torch for the whole program (the stand-in: CPU autocast), except
+    the backward kernels and the optimizer step, which apex runs with casts disabled."""
+    net = make_net()
+    model, optimizer = reference_amp.initialize(net, torch.optim.SGD(net.parameters(), lr=0.05), verbosity=0)
+    seen = {}
+
+    def record(where: str) -> None:
+        seen[where] = torch.is_autocast_enabled("cpu")
+
+    x, y = make_batches(Config())[0][0]
+    record("before the forward")
+    loss = F.mse_loss(model(x), y)
+    net[0].weight.register_hook(lambda grad: record("backward"))
+    with reference_amp.scale_loss(loss, optimizer) as scaled:
+        scaled.backward()
+    optimizer.register_step_pre_hook(lambda *_: record("step"))
+    optimizer.step()
+    seen["after the block"] = torch.is_autocast_enabled("cpu")
+    assert seen == {"before the forward": True, "backward": False, "step": False, "after the block": True}

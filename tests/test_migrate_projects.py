@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from migrate import cli
+from o1_casts import end_o1_casts
 
 TESTS = pathlib.Path(__file__).resolve().parent
 PROJECTS_ROOT = TESTS / "migrate_projects"
@@ -56,11 +57,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
 # Projects the tool gets wrong today: expected failures, strict, so that a fix is noticed
 # (and the entry removed) the day the tool stops getting them wrong.
-KNOWN_WRONG: Dict[str, str] = {
-    "apex_imagenet": "O1: roundpipe.compat autocasts only the module's forward and forward_backward's loss_fn, "
-    "while apex's O1 patches torch's functions for all code; validate()'s criterion(output, target) after a "
-    "plain forward so runs in float32 under apex and in bfloat16 after the migration (compat, not the codemod)",
-}
+KNOWN_WRONG: Dict[str, str] = {}
 
 FINAL_SCALE = re.compile(r"^final scale ", re.M)
 STEP_LINE = re.compile(r"^step \d+ ", re.M)
@@ -100,6 +97,7 @@ def run_program(folder: pathlib.Path, argv: Sequence[str] = ()) -> str:
         with contextlib.redirect_stdout(out):
             runpy.run_path(str(folder / "main.py"), run_name="__main__")
     finally:
+        end_o1_casts()
         sys.path[:], sys.argv[:] = saved_path, saved_argv
         vars(torch).update(saved_torch)
         for name, module in list(sys.modules.items()):

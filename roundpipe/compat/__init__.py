@@ -21,6 +21,7 @@ subclass), :mod:`.optimizers` (optimizers onto the copies, ``master_params``),
 :mod:`.loss_scaler` (apex's LossScaler and the ``scale_loss`` block), :mod:`.master_grads`
 (a block's gradients unscaled onto the copies), :mod:`.steps` (skipped steps),
 :mod:`.functions` (``float_function``... and the ``register_*_function`` calls),
+:mod:`.global_casts` (O1's autocast for the rest of the calling thread),
 :mod:`.scaler` (the loss scalers of the amp state and apex's state dict), :mod:`.frontend`
 (``initialize``). Each module's docstring lists where it deliberately differs from apex.
 """

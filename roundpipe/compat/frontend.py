@@ -13,8 +13,11 @@ stepping RoundPipe's optimizer copies. What each property does here:
   ``loss_fn`` run under ``torch.autocast`` for the device type of the model's parameters:
   float16 on CUDA; bfloat16 on CPU, CPU autocast's low-precision type (a deliberate
   choice: apex's O1 does no casting on CPU at all). Autocast's op lists replace apex's.
-  The optimizer step runs on RoundPipe's optimizer thread, outside autocast, as apex
-  runs it with casts disabled.
+  Because apex patches torch for the whole program, the calling thread's autocast is
+  also turned on for the rest of the script (:mod:`roundpipe.compat.global_casts`), and
+  turned off by the next ``initialize``. The backward runs with autocast off, and the
+  optimizer step runs on RoundPipe's optimizer thread, outside autocast, as apex runs it
+  with casts disabled.
 * ``master_weights``: the optimizer copies are float32 (``optim_dtype=torch.float32``);
   otherwise they keep the model's dtype.
 * ``loss_scale``, ``min_loss_scale``, ``max_loss_scale``, ``num_losses``: one apex loss
@@ -56,6 +59,7 @@ from torch import nn
 from ..runtime import RoundPipe, _caller_location
 from .convert import convert_model_, save_float16_as_float32
 from .functions import activate_casting
+from .global_casts import cast_everywhere
 from .loss_scaler import check_bounds as _check_bounds
 from .model import AmpRoundPipe, ForwardPolicy, autocast_target
 from .optimizers import check_not_initialized, rebind_to_copies
@@ -146,6 +150,11 @@ def initialize(
     )
 
     activate_casting(properties is not None and bool(properties.patch_torch_functions))
+    cast_everywhere(
+        (model.amp_policy.autocast_device, model.amp_policy.autocast_dtype)
+        for model in wrapped
+        if model.amp_policy.autocast_device is not None and model.amp_policy.autocast_dtype is not None
+    )
 
     models_out = wrapped if isinstance(models, list) else wrapped[0]
     if optimizers is None:

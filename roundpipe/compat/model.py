@@ -16,16 +16,19 @@ scaled its loss with a :class:`~roundpipe.compat.loss_scaler.AmpLossScaler` is o
 the scale is updated (:meth:`AmpLossScaler.end_block
 <roundpipe.compat.loss_scaler.AmpLossScaler.end_block>`), as apex does at the block's exit.
 Backward runs *outside* autocast: apex's patches do not reach autograd's backward kernels,
-and torch autocast around a backward would recast the backward's own ops.
+and torch autocast around a backward would recast the backward's own ops. Step functions
+run with autocast off too, as apex runs the optimizer step with casts disabled. The rest of
+the program casts through :mod:`.global_casts`.
 
 The policy hooks into RoundPipe's per-microbatch calls (``_call_model``/``_call_loss``);
 ``model.model`` stays the user's module, unchanged: calling it directly bypasses the
-policy, and its state dict keys are the usual ones.
+policy (though not O1's thread-wide autocast), and its state dict keys are the usual ones.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
@@ -33,7 +36,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 import torch
 from torch import nn
 
-from ..runtime import RoundPipe
+from ..runtime import RoundPipe, _autocast_off
 from .casting import cast_floating
 from .functions import low_precision_dtype
 from .loss_scaler import ScaleLossBlock
@@ -73,6 +76,17 @@ class ForwardPolicy:
         if self.output_dtype is not None:
             output = cast_floating(output, self.output_dtype)
         return output
+
+
+def _without_autocast(step_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``step_fn`` run with every autocast of its thread switched off."""
+
+    @functools.wraps(step_fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _autocast_off():
+            return step_fn(*args, **kwargs)
+
+    return run
 
 
 def autocast_target(module: nn.Module) -> Tuple[str, torch.dtype]:
@@ -126,6 +140,12 @@ class AmpRoundPipe(RoundPipe):
         return result
 
     forward_backward.__signature__ = inspect.signature(RoundPipe.forward_backward)  # type: ignore[attr-defined]
+
+    def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
+        """:meth:`RoundPipe.step`, with ``step_fn`` run with autocast off, as apex's O1 runs
+        the optimizer step with casts disabled (a step waited for at once may run on this
+        thread, where O1 casts: :mod:`roundpipe.compat.global_casts`). Main thread."""
+        super().step(_without_autocast(step_fn) if callable(step_fn) else step_fn, is_async, *args, **kwargs)
 
     def _call_model(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
         """One microbatch through the module, with the policy's casting and autocast."""

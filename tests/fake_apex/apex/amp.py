@@ -5,11 +5,14 @@ master_params, state dicts; for the projects in tests/migrate_projects the
 function-casting decorators and registrations. CPU tensors are accepted (no CUDA checks). Written from the
 spec in plain torch; it never imports roundpipe.
 
-O1 on CPU: real apex does no casting on CPU tensors. This stand-in runs the model's forward
-and the loss code after it (up to ``scale_loss``) under CPU autocast (bfloat16) instead, the
-CPU analogue roundpipe.compat chose for O1, so an O1 script and its migration can be
-compared on CPU; the function-casting decorators and registrations use bfloat16 as O1's
-low-precision type for the same reason.
+O1 on CPU: real apex does no casting on CPU tensors. This stand-in uses CPU autocast
+(bfloat16) instead, the CPU analogue roundpipe.compat chose for O1, so an O1 script and its
+migration can be compared on CPU. Like apex's patches of torch's functions, the casting covers
+the whole program from ``initialize`` on, in the calling thread. It is off while a ``scale_loss``
+block runs, so the backward runs outside it (apex's patches do not reach backward kernels),
+and off inside ``optimizer.step`` (apex runs the step with casts disabled). The
+function-casting decorators and registrations use bfloat16 as O1's low-precision type for
+the same reason.
 
 Arithmetic is apex's Python fallback: the scaled loss is ``loss.float() * S``; a new
 gradient is widened and multiplied by the Python float ``1/S``; a gradient meeting a
@@ -95,13 +98,15 @@ def initialize(
             model.forward = _casting_forward(model.forward, cast)
     _amp_state.casting = casting
     if casting:
-        for model in model_list:
-            model.forward = _autocast_forward(model.forward)
         while _registered:
             module, name, wrap = _registered.pop(0)
             setattr(module, name, wrap(getattr(module, name)))
     for optimizer in optimizer_list:
         _process_optimizer(optimizer, masters)
+        if casting:
+            optimizer.step = _without_casts(optimizer.step)
+    if casting:
+        _open_casts()
     _amp_state.master_weights = bool(masters)
     _amp_state.loss_scalers = [LossScaler(scale, min_loss_scale, max_loss_scale) for _ in range(num_losses)]
     return models if optimizers is None else (models, optimizers)
@@ -127,29 +132,48 @@ def _casting_forward(forward, dtype):
     return patched
 
 
-_open_casts = []  # the O1 autocast opened by a forward, closed when scale_loss is entered
+_casts = types.SimpleNamespace(open=False)  # whether O1's casts are on
 
 
-def _autocast_forward(forward):
-    """O1's casts as CPU autocast (bfloat16) in this stand-in, the analogue roundpipe.compat
-    uses for O1 on CPU: opened by the model's forward and left open for the loss code after
-    it (apex patches torch's functions globally), closed on entering ``scale_loss`` so the
-    backward runs outside it (apex's patches do not reach backward kernels). Real apex casts
-    CUDA tensors only, with its own op lists (docs/apex.md, kept differences)."""
-
-    def patched(*args, **kwargs):
-        if not _open_casts:
-            context = torch.autocast("cpu", dtype=torch.bfloat16)
-            context.__enter__()
-            _open_casts.append(context)
-        return forward(*args, **kwargs)
-
-    return patched
+def _open_casts():
+    """O1's casts for the program, as CPU autocast in this stand-in (module docstring): the
+    thread's autocast switched on, not a context entered, so that autocast contexts of the
+    program still clear their cast cache at their exit; no cache outside them."""
+    if not _casts.open:
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_cache_enabled(False)
+        _casts.open = True
 
 
 def _close_casts():
-    while _open_casts:
-        _open_casts.pop().__exit__(None, None, None)
+    """No O1 casts from now on (until ``_open_casts``)."""
+    if _casts.open:
+        torch.set_autocast_enabled("cpu", False)
+        torch.set_autocast_cache_enabled(True)
+        _casts.open = False
+
+
+@contextlib.contextmanager
+def _casts_suspended():
+    """O1's casts off inside the block, back on after it when O1 casts."""
+    _close_casts()
+    try:
+        yield
+    finally:
+        if _amp_state.casting:
+            _open_casts()
+
+
+def _without_casts(step):
+    """apex's O1 wraps every optimizer's step so that it runs with casts disabled."""
+
+    @functools.wraps(step)
+    def patched(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False):
+            return step(*args, **kwargs)
+
+    return patched
 
 
 def _process_optimizer(optimizer, master_weights):
@@ -192,7 +216,11 @@ def _params_and_masters(optimizer):
 
 @contextlib.contextmanager
 def scale_loss(loss, optimizers, loss_id=0):
-    _close_casts()
+    with _casts_suspended():
+        yield from _scale_loss_block(loss, optimizers, loss_id)
+
+
+def _scale_loss_block(loss, optimizers, loss_id):
     scaler = _amp_state.loss_scalers[loss_id]
     optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
     if not _amp_state.master_weights and not scaler.dynamic and scaler.loss_scale() == 1.0:
@@ -261,7 +289,7 @@ def load_state_dict(state):
 # ----------------------------------------------------------- function casting (apex §6)
 # apex's wrappers cast only while O1's casting is active (after initialize with
 # patch_torch_functions); registrations made before initialize are applied by it. The
-# low-precision type is bfloat16 here, the O1 type of this stand-in (see _autocast_forward).
+# low-precision type is bfloat16 here, the O1 type of this stand-in (see the module docstring).
 _registered = []  # (module, name, wrapper factory) waiting for initialize
 
 

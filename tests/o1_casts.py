@@ -1,0 +1,24 @@
+"""Ending the O1 casts a program left on, between programs run in the test process.
+
+apex's O1 (the stand-in in tests/fake_apex) and roundpipe.compat's O1 both cast for the
+whole program from ``initialize`` on, as apex's patches of torch do: autocast stays on in
+the calling thread when the program ends, and a program run after it in the same process
+would compute under it.
+"""
+
+import pathlib
+import sys
+
+from roundpipe.compat.global_casts import stop_casting
+
+FAKE_AMP = pathlib.Path(__file__).resolve().parent / "fake_apex" / "apex" / "amp.py"
+
+
+def end_o1_casts() -> None:
+    """Close the O1 casts of every loaded copy of the apex stand-in (under any module
+    name), then compat's."""
+    for module in list(sys.modules.values()):
+        location = getattr(module, "__file__", None)
+        if location is not None and pathlib.Path(location).resolve() == FAKE_AMP:
+            module._close_casts()
+    stop_casting()
