@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
@@ -73,7 +74,16 @@ class OptimizerCopies:
         self._copy_side = [copy for _, copy in pairs]
         for hook in self._arrival_hooks:
             hook.remove()
-        self._arrival_hooks = [param.register_post_accumulate_grad_hook(self._gradient_arrived) for param, _ in pairs]
+        # The hooks hold the copies weakly: a module that outlives its RoundPipe keeps
+        # no optimizer copies alive.
+        owner = weakref.ref(self)
+
+        def gradient_arrived(param: torch.Tensor) -> None:
+            copies = owner()
+            if copies is not None:
+                copies._gradient_arrived(param)
+
+        self._arrival_hooks = [param.register_post_accumulate_grad_hook(gradient_arrived) for param, _ in pairs]
 
     def _gradient_arrived(self, param: torch.Tensor) -> None:
         """Post-accumulate hook of every model parameter with a copy: a backward delivered
