@@ -558,8 +558,7 @@ class GradScaler(torch.amp.GradScaler):
             # waited for, so its result applies now and the record retires at once (what
             # _apply_ready_records would do, without its bookkeeping).
             self._records = [self._current]
-            if current.settings:
-                self._absorb_settings(current)
+            self._absorb_settings(current)
             current.applied = True
             error = self._apply_record(current)
             if error is not None:

@@ -232,12 +232,13 @@ class _OptimizerStream:
 
     # ---- caller side -------------------------------------------------------------------
     def is_worker(self) -> bool:
+        """True on the optimizer thread, and on a thread while it runs an inline call."""
         return getattr(self._local, "is_worker", False)
 
     def _check_launcher(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError(f"optimizer job must be callable, got {type(fn).__name__}")
-        if getattr(self._local, "is_worker", False):  # is_worker(), on every launch and call
+        if self.is_worker():
             raise RuntimeError(
                 "cannot launch optimizer-stream work from the optimizer thread itself; "
                 "call the function directly instead"
@@ -366,13 +367,6 @@ class _OptimizerStream:
         where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)\n"
         doing = f"running {running!r}" if running is not None else "idle"
         return f"Interrupted while waiting for {reason}. The {THREAD_NAME} thread is {doing}; its stack:\n{where}"
-
-    def current_job(self) -> Optional[Job]:
-        running = self._running
-        # No job running anywhere: the caller cannot be in one (no thread-local lookup).
-        if running is None:
-            return None
-        return running if self.is_worker() else None
 
     def lost_in_fork(self) -> bool:
         return self._lost is not None
@@ -588,7 +582,7 @@ def current_job() -> Optional[Job]:
     running = stream._running
     if running is None:  # no job anywhere: not in one
         return None
-    return running if getattr(stream._local, "is_worker", False) else None  # is_worker()
+    return running if stream.is_worker() else None
 
 
 def launched_seq() -> int:

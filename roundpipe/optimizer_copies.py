@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+import weakref
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from . import optim_stream
 
@@ -40,9 +42,15 @@ class OptimizerCopies:
         self._model_side: List[torch.Tensor] = []
         self._copy_side: List[torch.Tensor] = []
         self._names: List[str] = []  # the module's name for each pair's parameter
-        # Buffers given back by hand_back_grads, with their version counter at that moment:
-        # one still at that version received no gradient since.
+        # Buffers given back by hand_back_grads that no backward has delivered a gradient
+        # into since (the post-accumulate hook drops the entry), with their version counter
+        # at that moment: one still at that version is still zero.
         self._returned: Dict[nn.Parameter, Tuple[torch.Tensor, int]] = {}
+        # Given-back buffers taken off their parameters around a backward, until it either
+        # delivers the parameter's gradient (then the buffer is freed) or ends (then the
+        # buffer goes back).
+        self._held: Dict[nn.Parameter, torch.Tensor] = {}
+        self._arrival_hooks: List[RemovableHandle] = []
 
     @property
     def created(self) -> bool:
@@ -64,6 +72,26 @@ class OptimizerCopies:
         self._pairs = pairs
         self._model_side = [param for param, _ in pairs]
         self._copy_side = [copy for _, copy in pairs]
+        for hook in self._arrival_hooks:
+            hook.remove()
+        # The hooks hold the copies weakly: a module that outlives its RoundPipe keeps
+        # no optimizer copies alive.
+        owner = weakref.ref(self)
+
+        def gradient_arrived(param: torch.Tensor) -> None:
+            copies = owner()
+            if copies is not None:
+                copies._gradient_arrived(param)
+
+        self._arrival_hooks = [param.register_post_accumulate_grad_hook(gradient_arrived) for param, _ in pairs]
+
+    def _gradient_arrived(self, param: torch.Tensor) -> None:
+        """Post-accumulate hook of every model parameter with a copy: a backward delivered
+        its gradient, so a buffer given back to it now holds a gradient (or, taken off
+        around the backward, is no longer needed)."""
+        key = cast(nn.Parameter, param)
+        self._returned.pop(key, None)
+        self._held.pop(key, None)
 
     def pairs(self) -> Sequence[Tuple[nn.Parameter, nn.Parameter]]:
         """``(model parameter, its copy)`` for every trainable parameter, in the module's
@@ -91,8 +119,11 @@ class OptimizerCopies:
         A copy without a gradient takes the model's gradient (by reference when dtype and
         device match, else cast to ``optim_dtype``); a copy that still has one (the step
         function did not zero it) has the model's gradient added to it. A buffer given back
-        by :meth:`hand_back_grads` that no backward (or in-place write) has touched since
-        counts as no gradient: it stays on the model and its copy gets none.
+        by :meth:`hand_back_grads` that no backward has delivered a gradient into since
+        counts as no gradient, as the None a plain loop's ``zero_grad()`` leaves there, also
+        when it was written in place (``clip_grad_norm_`` or unscaling over all gradients,
+        ``zero_grad(set_to_none=False)`` on the model): it stays on the model and its copy
+        gets none, so optimizers skip it as plain torch does.
 
         Returns the gradients moved by reference, for :meth:`hand_back_grads` once the
         step that uses them has finished.
@@ -102,8 +133,12 @@ class OptimizerCopies:
         with torch.no_grad():
             for param in self._module.parameters():
                 grad = param.grad
-                if grad is None or self._untouched_since_returned(param, grad):
-                    continue  # no gradient arrived: the copy gets none, as with None
+                returned = self._returned.pop(param, None)
+                if grad is None:
+                    continue
+                if returned is not None and returned[0] is grad:
+                    self._returned[param] = returned  # no gradient arrived: the copy gets none
+                    continue
                 copy = copy_of.get(param)
                 if copy is None:
                     raise RuntimeError(
@@ -167,15 +202,16 @@ class OptimizerCopies:
         On entry, every given-back buffer that is still untouched (its version unchanged,
         so still zero) and that nothing else holds (no other reference, no tensor sharing
         its memory: ``g = p.grad`` kept by the user keeps the buffer, and the backward adds
-        into it as before) is taken off its parameter and freed, as torch's
-        ``zero_grad()`` leaves a plain loop. The backward then keeps the gradient tensor it
-        computed, which holds ``g`` where the add would have given ``0 + g``: the same
-        values (a negative zero keeps its sign, as in the plain loop), without two passes
-        over the memory. On exit (also when the backward raises), a parameter the backward
-        gave no gradient gets a zero buffer again, recorded as given back, so what a caller
-        sees and what :meth:`hand_over_grads` does are as if the buffer had stayed.
+        into it as before) is taken off its parameter, as torch's ``zero_grad()`` leaves a
+        plain loop. The backward then keeps the gradient tensor it computed, which holds
+        ``g`` where the add would have given ``0 + g``: the same values (a negative zero
+        keeps its sign, as in the plain loop), without two passes over the memory. A taken
+        buffer is freed as soon as the backward has delivered its parameter's gradient
+        (so no more than one extra gradient is alive at a time); on exit (also when the
+        backward raises), a parameter the backward gave no gradient gets its own buffer
+        back, still zero and still recorded as given back (no allocation, no fill), so what
+        a caller sees and what :meth:`hand_over_grads` does are as if it had stayed.
         """
-        taken: List[nn.Parameter] = []
         for param in list(self._returned):
             grad, version = self._returned[param]
             if param.grad is not grad or grad._version != version:
@@ -183,7 +219,7 @@ class OptimizerCopies:
             del self._returned[param]
             param.grad = None
             if _unshared(grad):
-                taken.append(param)
+                self._held[param] = grad
             else:
                 param.grad = grad
                 self._returned[param] = (grad, version)
@@ -191,21 +227,11 @@ class OptimizerCopies:
         try:
             yield
         finally:
-            with torch.no_grad():
-                for param in taken:
-                    if param.grad is None:
-                        zeros = torch.zeros_like(param)
-                        param.grad = zeros
-                        self._returned[param] = (zeros, zeros._version)
-
-    def _untouched_since_returned(self, param: nn.Parameter, grad: torch.Tensor) -> bool:
-        returned = self._returned.get(param)
-        if returned is None or returned[0] is not grad:
-            return False
-        if grad._version == returned[1]:
-            return True
-        del self._returned[param]
-        return False
+            held, self._held = self._held, {}
+            for param, grad in held.items():
+                if param.grad is None:
+                    param.grad = grad
+                    self._returned[param] = (grad, grad._version)
 
     def discard_grads(self) -> None:
         """Drop the copies' gradients (those of a failed step: they must not join the next)."""
@@ -249,9 +275,11 @@ _REFS_OF_A_LOCAL = _refs_of_a_local()
 
 def _unshared(tensor: torch.Tensor) -> bool:
     """True when only the caller's one local variable refers to ``tensor`` and no other
-    tensor (a view, a saved alias) shares its memory."""
+    tensor (a view, a saved alias) shares its memory. A tensor of another layout (a
+    sparse gradient) has no storage to count and is always taken as shared."""
     # Storage users: ``tensor`` itself and the temporary storage object made here.
     return (
-        sys.getrefcount(tensor) == _REFS_OF_A_LOCAL
+        tensor.layout == torch.strided
+        and sys.getrefcount(tensor) == _REFS_OF_A_LOCAL
         and torch._C._storage_Use_Count(tensor.untyped_storage()._cdata) == 2
     )

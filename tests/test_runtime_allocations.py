@@ -30,9 +30,24 @@ ITERATIONS = 3
 LOSS_SUM_BYTES = 8  # per iteration: the float32 running sum of the loss and its addition
 
 
-def _net() -> torch.nn.Module:
+class _WithUnusedLayer(torch.nn.Module):
+    """The test network plus a layer only the first iteration of each run uses: it gets
+    no gradient in the other iterations."""
+
+    def __init__(self, used: torch.nn.Module) -> None:
+        super().__init__()
+        self.used, self.sometimes = used, torch.nn.Linear(64, 64)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.used(self.sometimes(x) if self.calls % ITERATIONS == 1 else x)
+
+
+def _net(with_unused_layer: bool = False) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+    return _WithUnusedLayer(net) if with_unused_layer else net
 
 
 def _data() -> List[Tuple[torch.Tensor, torch.Tensor]]:
@@ -49,8 +64,8 @@ def _bytes_allocated(run: Callable[[], None]) -> int:
     return sum(event.self_cpu_memory_usage for event in prof.events() if event.self_cpu_memory_usage > 0)
 
 
-def _plain_loop() -> Callable[[], None]:
-    net = _net()
+def _plain_loop(with_unused_layer: bool = False) -> Callable[[], None]:
+    net = _net(with_unused_layer)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, foreach=True)
 
     def run() -> None:
@@ -62,8 +77,8 @@ def _plain_loop() -> Callable[[], None]:
     return run
 
 
-def _roundpipe_loop(is_async: bool) -> Callable[[], None]:
-    model = RoundPipe(_net())
+def _roundpipe_loop(is_async: bool, with_unused_layer: bool = False) -> Callable[[], None]:
+    model = RoundPipe(_net(with_unused_layer))
     opt = torch.optim.SGD(model.optim_parameters(), lr=0.01, foreach=True)
 
     def step_fn() -> None:
@@ -87,6 +102,15 @@ def test_an_iteration_allocates_what_the_plain_loop_does_plus_the_loss_sum(is_as
     plain = _bytes_allocated(_plain_loop())
     ours = _bytes_allocated(_roundpipe_loop(is_async))
     assert plain > 0
+    assert ours - plain == ITERATIONS * LOSS_SUM_BYTES
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_layer_without_gradients_costs_no_allocation(is_async):
+    # A parameter the backward skips keeps the buffer it was given back: no new zeros
+    # each iteration (the plain loop keeps its zeroed buffer and allocates nothing for it).
+    plain = _bytes_allocated(_plain_loop(with_unused_layer=True))
+    ours = _bytes_allocated(_roundpipe_loop(is_async, with_unused_layer=True))
     assert ours - plain == ITERATIONS * LOSS_SUM_BYTES
 
 

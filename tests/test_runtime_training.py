@@ -602,3 +602,88 @@ def test_a_branch_used_once_steps_exactly_as_in_the_plain_loop():
         ref_opt.step()
         ref_opt.zero_grad()
     assert _bitwise([p.detach() for p in net.parameters()], [p.detach() for p in ref.parameters()])
+
+
+class _SometimesHead(torch.nn.Module):
+    """A trunk and a head, plus a second head used only while ``use_c`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.c = torch.nn.Linear(6, 8), torch.nn.Linear(8, 3), torch.nn.Linear(8, 3)
+        self.use_c = False
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return self.b(h) + self.c(h) if self.use_c else self.b(h)
+
+
+def _sometimes_head_reference(make_opt, data, staleness, set_to_none, clip):
+    """Plain torch, with the optimizer on separate fp32 masters so that it can step with
+    ``staleness`` 0 or 1; the head ``c`` is used in iterations 1 and 4 only. A master gets
+    a gradient exactly when the backward gave its parameter one (None stays None)."""
+    net = _SometimesHead()
+    masters = [torch.nn.Parameter(p.detach().clone()) for p in net.parameters()]
+    opt = make_opt(masters)
+    history = [[m.detach().clone() for m in masters]]
+    for k, (x, y) in enumerate(data):
+        with torch.no_grad():
+            for p, w in zip(net.parameters(), history[max(0, k - staleness)]):
+                p.copy_(w)
+        net.use_c = k % 3 == 1
+        loss_of(net(x), y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+        for p, m in zip(net.parameters(), masters):
+            if p.grad is not None:
+                m.grad = p.grad.clone() if m.grad is None else m.grad.add_(p.grad)
+            p.grad = None
+        opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+        history.append([m.detach().clone() for m in masters])
+    return history[-1]
+
+
+@pytest.mark.parametrize("clip", [False, True])
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("name", ["sgd_momentum", "adam"])
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_parameter_without_a_gradient_is_stepped_as_in_the_plain_loop(is_async, name, set_to_none, clip):
+    # The head c gets a gradient in iterations 1 and 4 only. Where the plain loop leaves its
+    # grad None, the optimizer skips it (Adam and momentum would move it with a zero
+    # gradient), also after clip_grad_norm_ over all the model's gradients wrote into the
+    # zero buffers handed back to the model.
+    data = make_data(6)
+    expected = _sometimes_head_reference(OPTIMIZERS[name], data, int(is_async), set_to_none, clip)
+    net = _SometimesHead()
+    model = RoundPipe(net)
+    opt = OPTIMIZERS[name](model.optim_parameters())
+    for k, (x, y) in enumerate(data):
+        net.use_c = k % 3 == 1
+        model.forward_backward((x,), label=y, loss_fn=loss_of)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+        model.step(lambda: (opt.step(), opt.zero_grad(set_to_none=set_to_none)), is_async=is_async)
+    model.synchronize()
+    assert _bitwise([p.detach() for p in net.parameters()], expected)
+
+
+def test_a_sparse_gradient_steps_as_in_the_plain_loop():
+    # A sparse gradient (nn.Embedding(sparse=True)) has no storage to inspect: it is never
+    # handed back, and the step is the plain loop's.
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 2))
+
+    tokens, target = torch.tensor([[1, 2], [3, 1]]), torch.randn(2, 2, 2)
+    net, ref = make(), make()
+    model = RoundPipe(net)
+    opt = torch.optim.SGD(model.optim_parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):
+        model.forward_backward((tokens,), label=target, loss_fn=loss_of)
+        model.step(lambda: (opt.step(), opt.zero_grad()), is_async=False)
+        loss_of(ref(tokens), target).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    assert _bitwise([p.detach() for p in net.parameters()], [p.detach() for p in ref.parameters()])
