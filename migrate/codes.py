@@ -195,7 +195,7 @@ _CODES: Tuple[Code, ...] = (
         "object that is handed to a function of another module or library, read with a key "
         "computed at run time, held by a name bound more than once, has a field replaced after "
         "it is built, or is built before the optimizer it holds; a list, set or tuple literal holding the "
-        "wrapped model (`torch.save([model, optimizer], path)`)",
+        "wrapped model handed to a function of another module or library (`torch.save([model, optimizer], path)`)",
         "what the state holds at the step, or where its objects go, is not certain",
         '`torch.save(state, path)` with `state = {"model": model, "scaler": scaler}`',
         "pass the state only to functions of the file and read it with literal field names, or migrate by hand",

@@ -164,20 +164,25 @@ class ModelUses:
         return True
 
     def _check_held_in_literal(self, access: cst.BaseExpression, name: str) -> None:
-        """``torch.save([model, optimizer], path)``: a list, set or (not returned) tuple
-        literal holding the wrapped model holds the RoundPipe object, whatever it is handed to
-        (RPM125, as for a dict)."""
+        """``torch.save([model, optimizer], path)``: a list, set or tuple literal holding the
+        wrapped model, handed to a function of another module or library, hands it the
+        RoundPipe object (RPM125, as for a dict); a function of the file is not looked into."""
         element = self.facts.parent(access)
         literal = self.facts.parent(element)
         if not (isinstance(element, cst.Element) and isinstance(literal, (cst.List, cst.Set, cst.Tuple))):
             return
-        if isinstance(literal, cst.Tuple) and isinstance(self.facts.parent(literal), cst.Return):
-            return  # followed into the callers (migrate.returned)
+        arg = self.facts.parent(literal)
+        call = self.facts.parent(arg)
+        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call)) or self.facts.local_function(call):
+            return
+        if m.matches(call.func, m.Attribute(value=m.Name("self"))):
+            return
         raise Blocked(
             literal,
             "RPM125",
-            f"`{code(literal)}` holds the wrapped model {name!r}: the RoundPipe object, not the module the "
-            f"original held, is what it keeps; hold {name}.model, or migrate by hand",
+            f"`{code(literal)}` holds the wrapped model {name!r} and is handed to `{code(call.func)}(...)`: "
+            f"the RoundPipe object, not the module the original held, is what it gets; hold {name}.model, "
+            "or migrate by hand",
         )
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.BaseExpression) -> None:

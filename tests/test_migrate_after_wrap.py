@@ -142,7 +142,11 @@ def test_freezing_a_parameter_after_the_optimizer_is_not_a_weight_write():
 
 @pytest.mark.parametrize(
     "save",
-    ['torch.save([model, optimizer], "/dev/null")', 'torch.save((model, step), "/dev/null")', "kept = {model}"],
+    [
+        'torch.save([model, optimizer], "/dev/null")',
+        'torch.save((model, step), "/dev/null")',
+        'torch.save({model}, "/dev/null")',
+    ],
 )
 def test_the_wrapped_model_held_in_a_literal_is_refused(save):
     source = _program().replace("        print(f", f"        {save}\n        print(f")
@@ -161,3 +165,94 @@ def test_the_whole_model_pickled_gets_the_wrapped_module(save, saved):
     result = migrate_source(source, "train.py", exact=True)
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
     assert f"        model.synchronize()\n        {saved}\n" in result.migrated
+
+
+CALLER = """
+import torch
+import torch.nn as nn
+
+
+def train_step(model, optimizer, scaler, x, y):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    #BEFORE#
+    for step in range(4):
+        x = torch.randn(8, 16)
+        #TOP#
+        loss = train_step(model, optimizer, scaler, x, x.sum(dim=1, keepdim=True))
+        #AFTER#
+        print(f"step {step} loss {loss.item():.6f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+GRAD_NORM = "gn = sum(p.grad.norm().item() for p in model.parameters() if p.grad is not None)"
+
+
+def _caller(where: str) -> str:
+    source = CALLER
+    for mark in ("#BEFORE#", "#TOP#", "#AFTER#"):
+        source = source.replace(mark, GRAD_NORM if mark == where else "pass")
+    return source
+
+
+@pytest.mark.parametrize("where", ["#AFTER#", "#TOP#"])
+def test_gradients_read_by_the_caller_of_the_step_are_refused(where):
+    _refused(_caller(where), "RPM140", "p.grad.norm()")
+
+
+TRAINER = """
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-2)
+        self.scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = nn.functional.mse_loss(self.model(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss
+
+    def fit(self):
+        for step in range(4):
+            x = torch.randn(8, 16)
+            loss = self.train_step(x, x.sum(dim=1, keepdim=True))
+            gn = sum(p.grad.norm().item() for p in self.model.parameters())
+            print(f"step {step} loss {loss.item():.6f} gn {gn:.6f}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    Trainer().fit()
+"""
+
+
+def test_gradients_read_by_the_caller_of_a_steps_method_are_refused():
+    _refused(TRAINER, "RPM140", "p.grad.norm()")
+
+
+def test_gradients_read_by_the_caller_before_any_step_migrate():
+    result = migrate_source(_caller("#BEFORE#"), "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
