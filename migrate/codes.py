@@ -320,7 +320,8 @@ _CODES: Tuple[Code, ...] = (
         "gradient-read-after-step",
         "gradients are read on the main thread after the optimizer step",
         "a function holding a migrated step reads `.grad` after `optimizer.step()` (a gradient norm "
-        "or histogram logged after the step, or at the top of the next iteration)",
+        "or histogram logged after the step, or at the top of the next iteration), or a caller of such "
+        "a function (or of an optimizer wrapper's `step()`) reads it after the call or in a loop around it",
         "`model.step` hands the model's gradients to the optimizer copies, so the model holds none "
         "after it and the read would see other values",
         "`gnorm = sum(p.grad.norm() ** 2 for p in model.parameters())` after `scaler.update()`",

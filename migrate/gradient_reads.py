@@ -23,7 +23,7 @@ from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .syntax import code
 
-__all__ = ["check_gradient_reads"]
+__all__ = ["check_gradient_reads", "check_gradient_reads_after_call"]
 
 Holder = Union[cst.FunctionDef, cst.Module]
 
@@ -46,14 +46,21 @@ def check_gradient_reads(facts: ModuleFacts, plan: Plan) -> None:
             if _after_a_step(facts.order(attribute), backwards, moved[key]):
                 _refuse(facts, attribute)
     for call in _calls_of_holders(facts, [h for h in holders.values() if isinstance(h, cst.FunctionDef)]):
-        caller = facts.enclosing(call, (cst.FunctionDef,)) or facts.module
-        loops = [a for a in facts.ancestors(call) if isinstance(a, (cst.For, cst.While)) and facts.within(a, caller)]
-        own = caller if isinstance(caller, cst.FunctionDef) else None
-        for attribute in _grad_reads(facts, caller, plan):
-            if facts.enclosing(attribute, (cst.FunctionDef,)) is not own:
-                continue  # a nested function's read: not made at this call
-            if facts.order(attribute) > facts.order(call) or any(facts.within(attribute, loop) for loop in loops):
-                _refuse(facts, attribute)
+        check_gradient_reads_after_call(facts, plan, call)
+
+
+def check_gradient_reads_after_call(facts: ModuleFacts, plan: Plan, call: cst.Call) -> None:
+    """Raise :class:`Blocked` (RPM140) at a ``.grad`` read that the function making ``call``
+    (a call that runs a migrated step) makes after it, or in a loop around it (the next
+    iteration reads what the step left)."""
+    caller = facts.enclosing(call, (cst.FunctionDef,)) or facts.module
+    loops = [a for a in facts.ancestors(call) if isinstance(a, (cst.For, cst.While)) and facts.within(a, caller)]
+    own = caller if isinstance(caller, cst.FunctionDef) else None
+    for attribute in _grad_reads(facts, caller, plan):
+        if facts.enclosing(attribute, (cst.FunctionDef,)) is not own:
+            continue  # a nested function's read: not made at this call
+        if facts.order(attribute) > facts.order(call) or any(facts.within(attribute, loop) for loop in loops):
+            _refuse(facts, attribute)
 
 
 def _grad_reads(facts: ModuleFacts, holder: Holder, plan: Plan) -> Iterator[cst.Attribute]:

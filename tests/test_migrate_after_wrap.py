@@ -10,10 +10,12 @@ with the diagnostic at the blocking statement. The near-misses still migrate and
 
 import contextlib
 import io
+import pathlib
 import runpy
 
 import pytest
 
+from migrate import cli
 from migrate.engine import migrate_source
 
 PROGRAM = """
@@ -256,3 +258,19 @@ def test_gradients_read_by_the_caller_of_a_steps_method_are_refused():
 def test_gradients_read_by_the_caller_before_any_step_migrate():
     result = migrate_source(_caller("#BEFORE#"), "train.py", exact=True)
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
+
+
+def test_gradients_read_after_an_optimizer_wrappers_step_are_refused(tmp_path):
+    wrapper_project = pathlib.Path(__file__).resolve().parent / "migrate_projects" / "optimizer_wrapper_class"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "amp_optimizer.py").write_text((wrapper_project / "amp_optimizer.py").read_text())
+    main = (wrapper_project / "main.py").read_text()
+    assert "    optimizer.step()\n" in main
+    main = main.replace("    optimizer.step()\n", f"    optimizer.step()\n    {GRAD_NORM}\n")
+    (project / "main.py").write_text(main)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = cli.main(["--exact", "-o", str(tmp_path / "out"), str(project)])
+    assert status == 1 and not list((tmp_path / "out").rglob("*.py"))
+    assert "RPM140 `gn = sum(p.grad.norm().item()" in err.getvalue(), err.getvalue()
