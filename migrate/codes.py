@@ -194,7 +194,8 @@ _CODES: Tuple[Code, ...] = (
         "the scaler, model or optimizer is held in a dataclass, NamedTuple, namespace or dict state "
         "object that is handed to a function of another module or library, read with a key "
         "computed at run time, held by a name bound more than once, has a field replaced after "
-        "it is built, or is built before the optimizer it holds",
+        "it is built, or is built before the optimizer it holds; a list, set or tuple literal holding the "
+        "wrapped model handed to a function of another module or library (`torch.save([model, optimizer], path)`)",
         "what the state holds at the step, or where its objects go, is not certain",
         '`torch.save(state, path)` with `state = {"model": model, "scaler": scaler}`',
         "pass the state only to functions of the file and read it with literal field names, or migrate by hand",
@@ -319,7 +320,8 @@ _CODES: Tuple[Code, ...] = (
         "gradient-read-after-step",
         "gradients are read on the main thread after the optimizer step",
         "a function holding a migrated step reads `.grad` after `optimizer.step()` (a gradient norm "
-        "or histogram logged after the step, or at the top of the next iteration)",
+        "or histogram logged after the step, or at the top of the next iteration), or a caller of such "
+        "a function (or of an optimizer wrapper's `step()`) reads it after the call or in a loop around it",
         "`model.step` hands the model's gradients to the optimizer copies, so the model holds none "
         "after it and the read would see other values",
         "`gnorm = sum(p.grad.norm() ** 2 for p in model.parameters())` after `scaler.update()`",
@@ -329,11 +331,23 @@ _CODES: Tuple[Code, ...] = (
         "RPM141",
         "weights-written-after-wrap",
         "the model's weights are written in place after the RoundPipe wrap",
-        "after the optimizer is built, the main thread writes the wrapped model's parameters in place "
-        "(`nn.init.zeros_(model.head.bias)`, `for p in model.parameters(): p.mul_(0.5)`)",
+        "after the optimizer is built, the main thread writes through the wrapped model or the variable "
+        "of a loop over its `parameters()`/`named_parameters()`/`modules()`/`children()`: an in-place "
+        "method (`model.head.bias.zero_()`, `p.mul_(0.5)`; `requires_grad_` aside), `apply(...)`, "
+        "`reset_parameters()`, an assignment to an attribute or subscript (`model.fc.weight.data = ...`), "
+        "an augmented assignment (`p *= 0.5`), or a `torch.nn.init` call on it",
         "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write",
         "`nn.init.normal_(model.fc.weight, std=0.01)` right after the optimizer",
         "initialise the weights before the optimizer is built, or migrate by hand",
+    ),
+    Code(
+        "RPM142",
+        "wrapped-model-indexed",
+        "the wrapped model is indexed after the RoundPipe wrap",
+        "a read of the wrapped model after the wrap indexes it (`model[2]`, `nn.init.zeros_(model[2].bias)`)",
+        "a RoundPipe model is not a container of its layers: the index would fail",
+        "`model[0].weight` of an `nn.Sequential` model after the optimizer",
+        "index the wrapped module (`model.model[2]`), or migrate by hand",
     ),
     Code(
         "RPM190",

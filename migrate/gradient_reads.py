@@ -7,13 +7,15 @@ or histogram logged after the step, before the next ``zero_grad``) would see oth
 (RPM140). Reads between a backward and its step keep working (the gradients are still on the
 model), as do reads in statements that move into the step function.
 
-Only the functions holding a migrated step are looked at; a helper called after the step
+The functions holding a migrated step are looked at, and so are their callers in the file
+(``loss = train_step(model, ...)`` then ``p.grad.norm()``), and theirs: a read after such a
+call, or in a loop around it, counts as after the step. A helper called after the step
 that reads gradients is not seen.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Union
+from typing import Dict, Iterator, List, Set, Union
 
 import libcst as cst
 
@@ -21,14 +23,15 @@ from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .syntax import code
 
-__all__ = ["check_gradient_reads"]
+__all__ = ["check_gradient_reads", "check_gradient_reads_after_call"]
 
 Holder = Union[cst.FunctionDef, cst.Module]
 
 
 def check_gradient_reads(facts: ModuleFacts, plan: Plan) -> None:
     """Raise :class:`Blocked` (RPM140) at the first ``.grad`` read that a function holding a
-    migrated step makes after that step, outside the statements moved into it."""
+    migrated step makes after that step, outside the statements moved into it, or that a
+    caller of such a function makes after the call (or in a loop around it)."""
     moved: Dict[int, List[int]] = {}  # id(holder) -> orders of the moved step statements
     holders: Dict[int, Holder] = {}
     for statement in plan.step_statements:
@@ -39,20 +42,78 @@ def check_gradient_reads(facts: ModuleFacts, plan: Plan) -> None:
         backwards = sorted(
             facts.order(b) for b in plan.backward_statements if facts.within(b, holder) and b is not holder
         )
-        for attribute in facts.subtree(holder, cst.Attribute):
-            if attribute.attr.value != "grad" or _is_write(facts, attribute):
+        for attribute in _grad_reads(facts, holder, plan):
+            if _after_a_step(facts.order(attribute), backwards, moved[key]):
+                _refuse(facts, attribute)
+    for call in _calls_of_holders(facts, [h for h in holders.values() if isinstance(h, cst.FunctionDef)]):
+        check_gradient_reads_after_call(facts, plan, call)
+
+
+def check_gradient_reads_after_call(facts: ModuleFacts, plan: Plan, call: cst.Call) -> None:
+    """Raise :class:`Blocked` (RPM140) at a ``.grad`` read that the function making ``call``
+    (a call that runs a migrated step) makes after it, or in a loop around it (the next
+    iteration reads what the step left)."""
+    caller = facts.enclosing(call, (cst.FunctionDef,)) or facts.module
+    loops = [a for a in facts.ancestors(call) if isinstance(a, (cst.For, cst.While)) and facts.within(a, caller)]
+    own = caller if isinstance(caller, cst.FunctionDef) else None
+    for attribute in _grad_reads(facts, caller, plan):
+        if facts.enclosing(attribute, (cst.FunctionDef,)) is not own:
+            continue  # a nested function's read: not made at this call
+        if facts.order(attribute) > facts.order(call) or any(facts.within(attribute, loop) for loop in loops):
+            _refuse(facts, attribute)
+
+
+def _grad_reads(facts: ModuleFacts, holder: Holder, plan: Plan) -> Iterator[cst.Attribute]:
+    """The ``.grad`` reads under ``holder`` outside the statements moved into a step."""
+    for attribute in facts.subtree(holder, cst.Attribute):
+        if attribute.attr.value != "grad" or _is_write(facts, attribute):
+            continue
+        if not any(facts.within(attribute, s) for s in plan.step_statements):
+            yield attribute
+
+
+def _calls_of_holders(facts: ModuleFacts, holders: List[cst.FunctionDef]) -> List[cst.Call]:
+    """The calls, in the file, of the functions in ``holders`` (``train_step(...)``, or
+    ``self.train_step(...)`` in the method's class), and of the functions making such a call,
+    outwards."""
+    found: List[cst.Call] = []
+    seen: Set[int] = set()
+    pending = list(holders)
+    while pending:
+        holder = pending.pop()
+        if id(holder) in seen:
+            continue
+        seen.add(id(holder))
+        for call in facts.subtree(facts.module, cst.Call):
+            if facts.within(call, holder) or not _calls(facts, call, holder):
                 continue
-            if any(facts.within(attribute, s) for s in plan.step_statements):
-                continue
-            if not _after_a_step(facts.order(attribute), backwards, moved[key]):
-                continue
-            raise Blocked(
-                attribute,
-                "RPM140",
-                f"`{code(facts.statement_of(attribute)).strip()}` reads gradients after the optimizer "
-                "step; once migrated, model.step has handed them to the optimizer copies, so this "
-                "would read other values; read them before the step, or migrate by hand",
-            )
+            found.append(call)
+            caller = facts.enclosing(call, (cst.FunctionDef,))
+            if caller is not None:
+                pending.append(caller)
+    return found
+
+
+def _calls(facts: ModuleFacts, call: cst.Call, function: cst.FunctionDef) -> bool:
+    """``call`` calls ``function``: a function of the module by name, or a method of the
+    enclosing class as ``self.name(...)``."""
+    if facts.local_function(call) is function:
+        return True
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+        return False
+    klass = facts.enclosing(call, (cst.ClassDef,))
+    return func.attr.value == function.name.value and klass is not None and function in klass.body.body
+
+
+def _refuse(facts: ModuleFacts, attribute: cst.Attribute) -> None:
+    raise Blocked(
+        attribute,
+        "RPM140",
+        f"`{code(facts.statement_of(attribute)).strip()}` reads gradients after the optimizer "
+        "step; once migrated, model.step has handed them to the optimizer copies, so this "
+        "would read other values; read them before the step, or migrate by hand",
+    )
 
 
 def _after_a_step(order: int, backwards: List[int], steps: List[int]) -> bool:

@@ -38,6 +38,10 @@ _NO_GRAD = {
 }
 
 
+#: functions that pickle their first (``obj``) argument whole
+_SAVERS = ("torch.save", "torch.serialization.save", "pickle.dump", "pickle.dumps")
+
+
 class ModelUses:
     """After wrapping: checkpoints go through the wrapped module (``model.model``) and the
     newest weights are synchronized into the model before evaluation or saving."""
@@ -97,6 +101,7 @@ class ModelUses:
                 elif isinstance(parent, cst.Assign) and parent.value is access:
                     queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
                 else:  # `return model, optimizer` of a setup function: its callers' names
+                    self._check_held_in_literal(access, name)
                     queue.extend(self._returned_to(access))
             if not isinstance(scope, StateField):  # a state's field has no name to alias before the wrap
                 self._check_aliases_before(scope, name, after)
@@ -141,19 +146,44 @@ class ModelUses:
         return True
 
     def _saved_whole(self, arg: cst.Arg, access: cst.BaseExpression, name: str) -> bool:
-        """``torch.save(model, path)`` pickles the whole module: it gets the wrapped module
+        """``torch.save(model, path)`` (or ``pickle.dump``/``pickle.dumps``, the object
+        positional first or as ``obj=``) pickles the whole module: it gets the wrapped module
         (``model.model``, what the original saved) after a synchronize."""
         call = self.facts.parent(arg)
-        if not (isinstance(call, cst.Call) and call.args and call.args[0] is arg and arg.value is access):
+        if not (isinstance(call, cst.Call) and call.args and arg.value is access):
             return False
-        if not self.facts.calls_any(call, {"torch.save", "torch.serialization.save"}):
+        saver = next((s for s in _SAVERS if self.facts.calls_any(call, {s})), None)
+        if saver is None or not (arg is call.args[0] if arg.keyword is None else arg.keyword.value == "obj"):
             return False
         self.rules.plan.edits.replace_expression(
             access, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model"))
         )
-        self.rules.plan.rewrites.append((call, f"torch.save({name}) -> torch.save({name}.model): the wrapped module"))
+        short = saver.rsplit(".", 1)[-1]
+        self.rules.plan.rewrites.append((call, f"{short}({name}) -> {short}({name}.model): the wrapped module"))
         self._syncs.before(access, name, _BEFORE_USE)
         return True
+
+    def _check_held_in_literal(self, access: cst.BaseExpression, name: str) -> None:
+        """``torch.save([model, optimizer], path)``: a list, set or tuple literal holding the
+        wrapped model, handed to a function of another module or library, hands it the
+        RoundPipe object (RPM125, as for a dict); a function of the file is not looked into."""
+        element = self.facts.parent(access)
+        literal = self.facts.parent(element)
+        if not (isinstance(element, cst.Element) and isinstance(literal, (cst.List, cst.Set, cst.Tuple))):
+            return
+        arg = self.facts.parent(literal)
+        call = self.facts.parent(arg)
+        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call)) or self.facts.local_function(call):
+            return
+        if m.matches(call.func, m.Attribute(value=m.Name("self"))):
+            return
+        raise Blocked(
+            literal,
+            "RPM125",
+            f"`{code(literal)}` holds the wrapped model {name!r} and is handed to `{code(call.func)}(...)`: "
+            f"the RoundPipe object, not the module the original held, is what it gets; hold {name}.model, "
+            "or migrate by hand",
+        )
 
     def _check_handed_over(self, arg: cst.Arg, access: cst.BaseExpression) -> None:
         call = self.facts.parent(arg)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from .gradient_reads import check_gradient_reads_after_call
 from .names import SCALER_STATE_METHODS
 from .optimizer_writes import optimizer_writes
 from .plan import Blocked
@@ -66,6 +67,7 @@ __all__ = [
     "is_optimizer_like",
     "order_handed_optimizer_writes",
     "check_instance_uses",
+    "check_gradient_reads_after_steps",
 ]
 
 #: the methods that make a class holding a scaler an optimizer wrapper
@@ -513,10 +515,39 @@ def check_instance_uses(wrappers: "ScalerWrappers", classes: Set[str], defined: 
     one of the ``classes`` (built in this file, or fed to a parameter here by another file)
     whose attribute is read or written other than by calling a method (``optimizer.optimizer
     .param_groups``, ``optimizer.scaler``) is refused (RPM111), as that use would race with
-    the step; the class, when ``defined`` here, is reported too. Instances are followed into
-    the same-file functions they are handed to."""
+    the step; the class, when ``defined`` here, is reported too."""
     if wrappers.rules.exact:
         return
+    for access, owner in _instance_accesses(wrappers, classes):
+        parent = wrappers.facts.parent(access)
+        if isinstance(parent, cst.Attribute) and parent.value is access:
+            called = wrappers.facts.parent(parent)
+            if not (isinstance(called, cst.Call) and called.func is parent):
+                _refuse_unordered_use(wrappers, parent, defined.get(owner or ""))
+
+
+def check_gradient_reads_after_steps(wrappers: "ScalerWrappers", classes: Set[str]) -> None:
+    """``optimizer.step()`` of an instance of one of the optimizer wrapper ``classes`` runs a
+    migrated step: a ``.grad`` read after it in the calling function is refused (RPM140,
+    :func:`migrate.gradient_reads.check_gradient_reads_after_call`)."""
+    facts = wrappers.facts
+    for access, _ in _instance_accesses(wrappers, classes):
+        method = facts.parent(access)
+        call = facts.parent(method)
+        if (
+            isinstance(method, cst.Attribute)
+            and method.value is access
+            and method.attr.value == "step"
+            and isinstance(call, cst.Call)
+            and call.func is method
+        ):
+            check_gradient_reads_after_call(facts, wrappers.plan, call)
+
+
+def _instance_accesses(wrappers: "ScalerWrappers", classes: Set[str]) -> List[Tuple[cst.BaseExpression, Optional[str]]]:
+    """The reads of the instances of ``classes`` (built in this file, or fed to a parameter
+    here by another file) with the name of their class where built here; instances are
+    followed into the same-file functions they are handed to."""
     facts = wrappers.facts
     instances: List[Tuple["Scope", str, Optional[str]]] = []  # scope, name, its class
     for call in facts.subtree(facts.module, cst.Call):
@@ -538,6 +569,7 @@ def check_instance_uses(wrappers: "ScalerWrappers", classes: Set[str], defined: 
                 scope = facts.scope(function.body.body[0])
                 if scope is not None:
                     instances.append((scope, param.name.value, None))
+    found: List[Tuple[cst.BaseExpression, Optional[str]]] = []
     seen: Set[Tuple[int, str]] = set()
     while instances:
         scope, name, owner = instances.pop()
@@ -545,15 +577,13 @@ def check_instance_uses(wrappers: "ScalerWrappers", classes: Set[str], defined: 
             continue
         seen.add((id(scope), name))
         for access in facts.accesses(name, scope):
+            found.append((access, owner))
             parent = facts.parent(access)
-            if isinstance(parent, cst.Attribute) and parent.value is access:
-                called = facts.parent(parent)
-                if not (isinstance(called, cst.Call) and called.func is parent):
-                    _refuse_unordered_use(wrappers, parent, defined.get(owner or ""))
-            elif isinstance(parent, cst.Arg):
+            if isinstance(parent, cst.Arg):
                 target = wrappers.rules.parameter_fed_by(parent)
                 if target is not None:
                     instances.append((*target, owner))
+    return found
 
 
 def _refuse_unordered_use(wrappers: "ScalerWrappers", use: cst.Attribute, owner: Optional[cst.ClassDef]) -> None:

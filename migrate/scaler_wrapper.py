@@ -64,6 +64,7 @@ from libcst.metadata.scope_provider import LocalScope
 from .names import SCALER_STATE_METHODS
 from .optimizer_wrapper_class import (
     OptimizerWrapperClass,
+    check_gradient_reads_after_steps,
     check_instance_uses,
     order_handed_optimizer_writes,
     plan_optimizer_wrapper,
@@ -148,6 +149,7 @@ class ScalerWrappers:
         built = self._plan_users(set(wrappers) | set(self.context.classes))
         defined = {n: w.node for n, w in wrappers.items() if isinstance(w, OptimizerWrapperClass)}
         check_instance_uses(self, set(defined) | set(self.context.optimizer_like), defined)
+        check_gradient_reads_after_steps(self, set(defined) | set(self.context.optimizer_like))
         for name, wrapper in wrappers.items():
             kind = "loss-scaler" if isinstance(wrapper, WrapperClass) else "optimizer"
             if name not in built and name not in self.context.built_elsewhere:

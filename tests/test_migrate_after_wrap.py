@@ -1,0 +1,276 @@
+"""Main-thread uses of the wrapped model after the RoundPipe wrap that the migration cannot
+keep: weights written in place after the optimizer is built (RPM141, migrate/weight_writes.py),
+the model indexed (RPM142), gradients read by the caller of a function holding the step
+(RPM140, migrate/gradient_reads.py) and the wrapper pickled inside a container (RPM125).
+
+Each shape migrated before with other numbers (or crashed); now the file is left unchanged
+with the diagnostic at the blocking statement. The near-misses still migrate and, with
+``--exact``, print the original's numbers.
+"""
+
+import contextlib
+import io
+import pathlib
+import runpy
+
+import pytest
+
+from migrate import cli
+from migrate.engine import migrate_source
+
+PROGRAM = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(16, 64)
+        self.head = nn.Linear(64, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def main():
+    torch.manual_seed(0)
+    model = Net()
+    #BEFORE#
+    criterion = nn.MSELoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    #AFTER#
+    torch.manual_seed(1)
+    for step in range(4):
+        x = torch.randn(8, 16)
+        y = x.sum(dim=1, keepdim=True)
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        print(f"step {step} loss {loss.item():.6f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _program(after: str = "", before: str = "") -> str:
+    def indented(lines: str) -> str:
+        return "\n".join("    " + line for line in lines.splitlines())
+
+    return PROGRAM.replace("    #BEFORE#", indented(before)).replace("    #AFTER#", indented(after))
+
+
+def _refused(source: str, code: str, first_line_text: str) -> None:
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == [code], [d.format() for d in result.diagnostics]
+    line = source.splitlines()[result.diagnostics[0].line - 1]
+    assert first_line_text in line, result.diagnostics[0].format()
+
+
+def _run(source: str, tmp_path, name: str) -> str:
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(script), run_name="__main__")
+    return out.getvalue()
+
+
+WEIGHT_WRITES = {
+    "init-of-an-attribute": ("nn.init.zeros_(model.head.bias)", "nn.init.zeros_"),
+    "in-place-method-under-no-grad": ("with torch.no_grad():\n    model.head.bias.zero_()", "zero_()"),
+    "init-of-each-parameter": ("for p in model.parameters():\n    nn.init.normal_(p, std=0.05)", "for p in"),
+    "data-assigned": ("model.head.weight.data = model.head.weight.data * 0.5", ".data ="),
+    "init-of-named-parameters": (
+        'for name, p in model.named_parameters():\n    if "bias" in name:\n        torch.nn.init.constant_(p, 0.1)',
+        "for name, p in",
+    ),
+    "parameter-scaled-in-place": ("for p in model.parameters():\n    p.data.mul_(0.5)", "for p in"),
+    "augmented-assignment": ("with torch.no_grad():\n    for p in model.parameters():\n        p *= 0.5", "for p in"),
+    "apply": ("model.apply(lambda m: None)", "model.apply"),
+    "modules-loop": (
+        "for m in model.modules():\n    if isinstance(m, nn.Linear):\n        m.bias.data.fill_(0.0)",
+        "for m in",
+    ),
+    "reset-parameters": ("model.head.reset_parameters()", "reset_parameters"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(WEIGHT_WRITES))
+def test_weights_written_after_the_optimizer_are_refused(shape):
+    write, text = WEIGHT_WRITES[shape]
+    _refused(_program(after=write), "RPM141", text)
+
+
+def test_an_indexed_wrapped_model_is_refused():
+    source = _program().replace(
+        "    model = Net()\n", "    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))\n"
+    )
+    _refused(
+        source.replace("    torch.manual_seed(1)\n", "    nn.init.zeros_(model[2].bias)\n    torch.manual_seed(1)\n"),
+        "RPM142",
+        "model[2]",
+    )
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "nn.init.zeros_(model.head.bias)",
+        "for p in model.parameters():\n    nn.init.normal_(p, std=0.05)",
+        "with torch.no_grad():\n    model.head.weight.data = model.head.weight.data * 0.5",
+    ],
+)
+def test_weights_written_before_the_optimizer_migrate_with_the_same_numbers(before, tmp_path):
+    source = _program(before=before)
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    original = _run(source, tmp_path, "original")
+    assert original.count("step ") == 4
+    assert _run(result.migrated, tmp_path, "migrated") == original
+
+
+def test_freezing_a_parameter_after_the_optimizer_is_not_a_weight_write():
+    result = migrate_source(_program(after="model.body.weight.requires_grad_(False)"), "train.py", exact=True)
+    assert "RPM141" not in [d.code for d in result.diagnostics], [d.format() for d in result.diagnostics]
+
+
+@pytest.mark.parametrize(
+    "save",
+    [
+        'torch.save([model, optimizer], "/dev/null")',
+        'torch.save((model, step), "/dev/null")',
+        'torch.save({model}, "/dev/null")',
+    ],
+)
+def test_the_wrapped_model_held_in_a_literal_is_refused(save):
+    source = _program().replace("        print(f", f"        {save}\n        print(f")
+    _refused(source, "RPM125", save)
+
+
+@pytest.mark.parametrize(
+    "save, saved",
+    [
+        ('torch.save(obj=model, f="/dev/null")', 'torch.save(obj=model.model, f="/dev/null")'),
+        ("blob = pickle.dumps(model)", "blob = pickle.dumps(model.model)"),
+    ],
+)
+def test_the_whole_model_pickled_gets_the_wrapped_module(save, saved):
+    source = "import pickle\n" + _program().replace("        print(f", f"        {save}\n        print(f")
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert f"        model.synchronize()\n        {saved}\n" in result.migrated
+
+
+CALLER = """
+import torch
+import torch.nn as nn
+
+
+def train_step(model, optimizer, scaler, x, y):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    #BEFORE#
+    for step in range(4):
+        x = torch.randn(8, 16)
+        #TOP#
+        loss = train_step(model, optimizer, scaler, x, x.sum(dim=1, keepdim=True))
+        #AFTER#
+        print(f"step {step} loss {loss.item():.6f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+GRAD_NORM = "gn = sum(p.grad.norm().item() for p in model.parameters() if p.grad is not None)"
+
+
+def _caller(where: str) -> str:
+    source = CALLER
+    for mark in ("#BEFORE#", "#TOP#", "#AFTER#"):
+        source = source.replace(mark, GRAD_NORM if mark == where else "pass")
+    return source
+
+
+@pytest.mark.parametrize("where", ["#AFTER#", "#TOP#"])
+def test_gradients_read_by_the_caller_of_the_step_are_refused(where):
+    _refused(_caller(where), "RPM140", "p.grad.norm()")
+
+
+TRAINER = """
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-2)
+        self.scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = nn.functional.mse_loss(self.model(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss
+
+    def fit(self):
+        for step in range(4):
+            x = torch.randn(8, 16)
+            loss = self.train_step(x, x.sum(dim=1, keepdim=True))
+            gn = sum(p.grad.norm().item() for p in self.model.parameters())
+            print(f"step {step} loss {loss.item():.6f} gn {gn:.6f}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    Trainer().fit()
+"""
+
+
+def test_gradients_read_by_the_caller_of_a_steps_method_are_refused():
+    _refused(TRAINER, "RPM140", "p.grad.norm()")
+
+
+def test_gradients_read_by_the_caller_before_any_step_migrate():
+    result = migrate_source(_caller("#BEFORE#"), "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+
+
+def test_gradients_read_after_an_optimizer_wrappers_step_are_refused(tmp_path):
+    wrapper_project = pathlib.Path(__file__).resolve().parent / "migrate_projects" / "optimizer_wrapper_class"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "amp_optimizer.py").write_text((wrapper_project / "amp_optimizer.py").read_text())
+    main = (wrapper_project / "main.py").read_text()
+    assert "    optimizer.step()\n" in main
+    main = main.replace("    optimizer.step()\n", f"    optimizer.step()\n    {GRAD_NORM}\n")
+    (project / "main.py").write_text(main)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = cli.main(["--exact", "-o", str(tmp_path / "out"), str(project)])
+    assert status == 1 and not list((tmp_path / "out").rglob("*.py"))
+    assert "RPM140 `gn = sum(p.grad.norm().item()" in err.getvalue(), err.getvalue()
