@@ -1,8 +1,13 @@
 """Main-thread statements that must wait for a running asynchronous step (issue 9: no races
 with the optimizer thread) when the step is reached in the shapes of issue 10: an lr written
 through an alias of the optimizer, a checkpoint after a step run by a helper function, an lr
-written by the caller of a trainer handed the optimizer. Each gets ``model.synchronize()``
-on the line before it in the default (asynchronous) migration."""
+written by the caller of a trainer handed the optimizer, and writes (scheduler steps, lr
+loops, ``add_param_group``, through an alias or an object built with the optimizer) by the
+callers of a module function that runs the step, one or two calls up. Each gets
+``model.synchronize()`` on the line before it in the default (asynchronous) migration; a
+caller with no name for the model is refused."""
+
+import pytest
 
 from migrate.engine import migrate_source
 
@@ -107,3 +112,182 @@ def test_an_lr_written_by_the_caller_of_a_trainer_method_waits_for_the_step():
     migrated = _migrated(HANDED)
     assert "        self.model.step(_step_fn)" in migrated
     assert _line_before(migrated, "        for g in optimizer.param_groups:") == "model.synchronize()"
+
+
+# A module function runs the step; its callers (one or two levels up) write the optimizer.
+STEP_FUNCTION = """import torch
+from torch.cuda.amp import GradScaler, autocast
+
+
+def train_step(model, x, optimizer, scaler):
+    with autocast():
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return loss.item()
+"""
+
+MAIN = """
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+    scaler = GradScaler()
+    fit(model, optimizer, scheduler, scaler)
+"""
+
+CALLER_WRITES = {
+    "scheduler": ("        scheduler.step()\n", "        scheduler.step()"),
+    "lr_loop": (
+        '        for g in optimizer.param_groups:\n            g["lr"] *= 0.5\n',
+        "        for g in optimizer.param_groups:",
+    ),
+    "add_param_group": (
+        "        optimizer.add_param_group({'params': [torch.nn.Parameter(torch.zeros(1))]})\n",
+        "        optimizer.add_param_group({'params': [torch.nn.Parameter(torch.zeros(1))]})",
+    ),
+    "alias": (
+        '        for g in opt.param_groups:\n            g["lr"] *= 0.5\n',
+        "        for g in opt.param_groups:",
+    ),
+    "built_with": ("        policy.update(i)\n", "        policy.update(i)"),
+}
+
+POLICY = """
+
+class Policy:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def update(self, i):
+        for g in self.optimizer.param_groups:
+            g["lr"] = 0.1 / (i + 1)
+"""
+
+
+def _caller(write: str) -> str:
+    return (
+        "\n\ndef fit(model, optimizer, scheduler, scaler):\n"
+        "    opt = optimizer\n"
+        "    policy = Policy(optimizer)\n"
+        "    for i in range(3):\n"
+        "        train_step(model, torch.randn(2, 4), optimizer, scaler)\n" + write
+    )
+
+
+@pytest.mark.parametrize("variant", sorted(CALLER_WRITES))
+def test_a_write_by_the_caller_of_a_step_function_waits_for_the_step(variant):
+    write, line = CALLER_WRITES[variant]
+    migrated = _migrated(STEP_FUNCTION + POLICY + _caller(write) + MAIN)
+    assert "    model.step(_step_fn)" in migrated
+    assert _line_before(migrated, line) == "model.synchronize()"
+
+
+def test_a_write_two_callers_up_from_the_step_function_waits_for_the_step():
+    run_epoch = (
+        "\n\ndef run_epoch(net, opt, scaler):\n"
+        "    for i in range(2):\n"
+        "        train_step(net, torch.randn(2, 4), opt, scaler)\n"
+        "\n\ndef fit(model, optimizer, scheduler, scaler):\n"
+        "    for epoch in range(3):\n"
+        "        run_epoch(model, optimizer, scaler)\n"
+        "        scheduler.step()\n"
+    )
+    migrated = _migrated(STEP_FUNCTION + run_epoch + MAIN)
+    assert _line_before(migrated, "        scheduler.step()") == "model.synchronize()"
+    assert "model.synchronize()\n        run_epoch" not in migrated  # the call itself needs no wait
+
+
+def test_a_caller_write_without_a_handle_on_the_model_is_refused():
+    fit = (
+        "\n\ndef fit(models, optimizer, scheduler, scaler):\n"
+        "    for i in range(3):\n"
+        "        train_step(models[0], torch.randn(2, 4), optimizer, scaler)\n"
+        "        scheduler.step()\n"
+    )
+    result = migrate_source(STEP_FUNCTION + fit + MAIN.replace("fit(model,", "fit([model],"), "train.py")
+    assert result.status != "migrated"
+    messages = [d.format() for d in result.diagnostics]
+    assert any("scheduler.step()" in message and "train_step(" in message for message in messages), messages
+
+
+def test_caller_writes_get_no_synchronize_in_the_exact_form():
+    write, _ = CALLER_WRITES["scheduler"]
+    result = migrate_source(STEP_FUNCTION + POLICY + _caller(write) + MAIN, "train.py", exact=True)
+    assert result.status == "migrated"
+    assert "synchronize()" not in result.migrated
+
+
+SCHEDULED_FIT = """import torch
+import torch.nn as nn
+
+
+def train_step(model, batch, optimizer, scaler):
+    x, y = batch
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x).float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def run_epoch(model, batches, optimizer, scaler):
+    return [train_step(model, batch, optimizer, scaler) for batch in batches]
+
+
+def fit(model, batches, optimizer, scheduler, scaler):
+    for epoch in range(3):
+        losses = run_epoch(model, batches, optimizer, scaler)
+        scheduler.step()
+        print(f"epoch {epoch} loss {losses[-1]!r}")
+
+
+def main():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(8, 6, generator=gen), torch.randn(8, 2, generator=gen)) for _ in range(2)]
+    model = nn.Sequential(nn.Linear(6, 12), nn.SiLU(), nn.Linear(12, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu")
+    fit(model, batches, optimizer, scheduler, scaler)
+
+
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_scheduler_stepped_two_callers_up_does_not_race_with_a_slow_step(tmp_path, monkeypatch):
+    """A slow optimizer step records the lr it used: the default (asynchronous) migration
+    must step with the original's lr every time (without the wait, `scheduler.step()` in
+    `fit` lands in the running step of the epoch's last batch)."""
+    import contextlib
+    import io
+    import runpy
+    import time
+
+    import torch
+
+    used = []
+    plain_step = torch.optim.SGD.step
+
+    def slow_step(self, closure=None):
+        time.sleep(0.05)
+        used.append(self.param_groups[0]["lr"])
+        return plain_step(self, closure)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", slow_step)
+    runs = {}
+    for name, source in (("original", SCHEDULED_FIT), ("default", _migrated(SCHEDULED_FIT))):
+        script, used[:] = tmp_path / f"{name}.py", []
+        script.write_text(source)
+        with contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(str(script), run_name="__main__")
+        runs[name] = list(used)
+    assert runs["default"] == runs["original"] and len(runs["original"]) == 6

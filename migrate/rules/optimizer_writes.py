@@ -2,7 +2,8 @@
 
 :func:`order_optimizer_writes` finds, for a :class:`~migrate.steps.StepBuilder`
 (``step``), every place the step's optimizer may be written on the main thread (the step's
-function, the callers that built the optimizer, a state object's functions, aliases) and
+function, the callers that built the optimizer, the callers of the step's function up the
+chain the optimizer is handed along, a state object's functions, aliases) and
 plans ``model.synchronize()`` before each write there (:mod:`migrate.optimizer_writes`
 finds the writes).
 """
@@ -20,6 +21,9 @@ from ..aliases import spellings
 from ..attributes import InstanceFamily, instance_places
 from ..optimizer_writes import is_scheduler, optimizer_writes
 from ..origins import INLINE
+from ..plan import Blocked
+from ..step_callers import caller_places
+from ..syntax import code
 from . import Example, Pattern, Rule
 
 if TYPE_CHECKING:
@@ -66,9 +70,11 @@ RULE = Rule(
 
 def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
     """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
-    optimizer) in the step's function, and after the wrap where the optimizer is built,
-    wait for the running step first (``model.synchronize()`` before them); the
-    ``skipped`` statements are the step's own. Nothing for a step whose shape leaves the
+    optimizer) in the step's function, after the wrap where the optimizer is built, and
+    in the callers of the step's function after their call (up the chain the optimizer is
+    handed along: :mod:`migrate.step_callers`) wait for the running step first (``model.synchronize()`` before them); the
+    ``skipped`` statements are the step's own. :class:`Blocked` (RPM108) for a caller's
+    write when the call hands the model as no name the caller can wait on. Nothing for a step whose shape leaves the
     ordering to another rule (``step.orders_optimizer_writes``)."""
     if not step.orders_optimizer_writes:
         return
@@ -76,13 +82,13 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
     trainers = {trainer} if trainer else set()
-    places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
+    places: List[Tuple[cst.CSTNode, str, Optional[str], Optional[List[cst.CSTNode]]]] = [
         (function or facts.module, optimizer, model, [step.backward])
     ]
     states = step.rules.state_objects
     for built, model_outer in step.builds:
         if isinstance(built.scope, InstanceFamily):
-            places = instance_places(built.scope, function, step.backward, optimizer, model)
+            places[:] = instance_places(built.scope, function, step.backward, optimizer, model)
         if built.scope is facts.scope(step.backward) or not trainer or built.name == INLINE:
             continue
         scope = built.scope
@@ -90,6 +96,15 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
         # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
         calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
         places.append((root, built.name, model_outer, calls))
+    if isinstance(function, cst.FunctionDef) and not step.rules.exact:
+        # `fit` calls `train_step(model, batch, optimizer, scaler)`, then steps the scheduler
+        callers, chain = caller_places(step.rules, function, optimizer, model)
+        trainers |= chain
+        places += [
+            (c.root, name, c.model, [c.call])
+            for c in callers
+            for name in [c.optimizer, *sorted(spellings(facts, c.optimizer, c.call) - {c.optimizer})]
+        ]
     # a state object's optimizer: every function holding the state may write it anytime
     places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, step.backward)]
     # `opt = optimizer`: writes through an alias bound once in the step's scope
@@ -104,7 +119,22 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
 
         for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
             if anchors is None or any(_may_run_after(step, statement, anchor) for anchor in anchors):
+                if model_name is None:
+                    raise _no_model_handle(statement, anchors)
                 step.rules.plan.synchronize_before.append((statement, model_name))
+
+
+def _no_model_handle(statement: cst.CSTNode, anchors: Optional[List[cst.CSTNode]]) -> Blocked:
+    """The refusal of a caller's write that may race with the step of the function it calls,
+    when the call hands the model as no name the caller could synchronize."""
+    call = code(anchors[0]).strip() if anchors else "the call"
+    return Blocked(
+        statement,
+        "RPM108",
+        f"`{code(statement).strip()}` touches optimizer state after `{call}`, whose step runs on the "
+        "optimizer thread, and the call hands the model as no name this function could wait on "
+        "(`model.synchronize()`); use --exact or migrate it by hand",
+    )
 
 
 def _may_run_after(step: "StepBuilder", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
