@@ -291,3 +291,94 @@ def test_a_scheduler_stepped_two_callers_up_does_not_race_with_a_slow_step(tmp_p
             runpy.run_path(str(script), run_name="__main__")
         runs[name] = list(used)
     assert runs["default"] == runs["original"] and len(runs["original"]) == 6
+
+
+# A trainer method handed the optimizer as a parameter, by the script or by the class's loop.
+METHOD_HANDED = """import torch
+from torch.cuda.amp import GradScaler, autocast
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.scaler = GradScaler()
+
+    def train_step(self, x, optimizer):
+        with autocast():
+            loss = self.model(x).sum()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        optimizer.zero_grad()
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    trainer = Trainer(model)
+    for i in range(3):
+        trainer.train_step(torch.randn(2, 4), optimizer)
+        scheduler.step()
+"""
+
+CLASS_LOOP = """import torch
+from torch.cuda.amp import GradScaler, autocast
+
+
+class Trainer:
+    def __init__(self, model, optimizer, scheduler):
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scaler = GradScaler()
+
+    def train_step(self, x, optimizer):
+        with autocast():
+            loss = self.model(x).sum()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        optimizer.zero_grad()
+
+    def fit(self):
+        for i in range(3):
+            self.train_step(torch.randn(2, 4), self.optimizer)
+            self.scheduler.step()
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    Trainer(model, optimizer, scheduler).fit()
+"""
+
+
+def test_a_scheduler_stepped_after_a_method_handed_the_optimizer_waits_for_the_step():
+    migrated = _migrated(METHOD_HANDED)
+    assert _line_before(migrated, "        scheduler.step()") == "model.synchronize()"
+    assert _line_before(migrated, "        trainer.train_step(torch.randn(2, 4), optimizer)") != "model.synchronize()"
+
+
+def test_a_scheduler_stepped_by_the_class_loop_after_its_step_method_waits_for_the_step():
+    migrated = _migrated(CLASS_LOOP)
+    assert _line_before(migrated, "            self.scheduler.step()") == "self.model.synchronize()"
+
+
+def test_a_scheduler_stepped_by_a_caller_in_another_file_waits_for_the_step():
+    from migrate.project import migrate_project
+
+    fit = (
+        "import torch\nfrom torch.cuda.amp import GradScaler, autocast\n\nfrom steps import train_step\n"
+        "\n\ndef fit(model, optimizer, scheduler, scaler):\n"
+        "    for i in range(3):\n"
+        "        train_step(model, torch.randn(2, 4), optimizer, scaler)\n"
+        "        scheduler.step()\n" + MAIN
+    )
+    results = migrate_project({"steps.py": STEP_FUNCTION, "main.py": fit})
+    assert [r.status for r in results.values()] == ["migrated", "migrated"], [
+        d.format() for r in results.values() for d in r.diagnostics
+    ]
+    assert "    model.step(_step_fn)" in results["steps.py"].migrated
+    assert _line_before(results["main.py"].migrated, "        scheduler.step()") == "model.synchronize()"
