@@ -20,6 +20,7 @@ from .names import argument_for
 from .syntax import dotted
 
 if TYPE_CHECKING:
+    from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
 __all__ = ["CallerPlace", "caller_places"]
@@ -89,17 +90,19 @@ def _calls_of(rules: "TorchAmpRules", function: cst.FunctionDef, optimizer: str,
             continue
         root = facts.enclosing(site, (cst.FunctionDef,)) or facts.module
         places.append(
-            CallerPlace(root, caller_optimizer, _caller_model(site, function, model, skipped, receiver), site)
+            CallerPlace(root, caller_optimizer, _caller_model(facts, site, function, model, skipped, receiver), site)
         )
     return places
 
 
 def _caller_model(
-    site: cst.Call, function: cst.FunctionDef, model: str, skipped: int, receiver: Optional[str]
+    facts: "ModuleFacts", site: cst.Call, function: cst.FunctionDef, model: str, skipped: int, receiver: Optional[str]
 ) -> Optional[str]:
     """What the caller at ``site`` calls ``function``'s ``model``: the name or attribute it
     passes for that parameter, ``trainer.model`` for ``self.model`` of a method called as
-    ``trainer.train_step(...)``, the same name for a module-level model; else None."""
+    ``trainer.train_step(...)``, the same name for a module-level model (bound by neither
+    function); else None."""
+    caller = facts.enclosing(site, (cst.FunctionDef,))
     if model in _parameters(function)[skipped:]:
         handed = argument_for(site, function, model, skipped)
         return dotted(handed) if handed is not None else None
@@ -107,4 +110,15 @@ def _caller_model(
     if receiver is not None and head == receiver and rest:
         owner = dotted(site.func.value) if isinstance(site.func, cst.Attribute) else None
         return f"{owner}.{rest}" if owner is not None else None
-    return model if "." not in model and model not in _parameters(function) else None
+    return (
+        model if "." not in model and not _binds(facts, function, model) and not _binds(facts, caller, model) else None
+    )
+
+
+def _binds(facts: "ModuleFacts", function: Optional[cst.CSTNode], name: str) -> bool:
+    """``function`` (None: the module level) binds ``name`` in its own scope, shadowing a
+    module-level name."""
+    if not isinstance(function, cst.FunctionDef) or not function.body.body:
+        return False
+    scope = facts.scope(function.body.body[0])
+    return scope is None or name in scope.assignments

@@ -265,7 +265,8 @@ main()
 @pytest.mark.slow
 def test_a_scheduler_stepped_two_callers_up_does_not_race_with_a_slow_step(tmp_path, monkeypatch):
     """A slow optimizer step records the lr it used: the default (asynchronous) migration
-    must step with the original's lr every time (without the wait, `scheduler.step()` in
+    must step with the original's lr every time, as --exact does (which also prints the
+    original's numbers) (without the wait, `scheduler.step()` in
     `fit` lands in the running step of the epoch's last batch)."""
     import contextlib
     import io
@@ -283,14 +284,17 @@ def test_a_scheduler_stepped_two_callers_up_does_not_race_with_a_slow_step(tmp_p
         return plain_step(self, closure)
 
     monkeypatch.setattr(torch.optim.SGD, "step", slow_step)
-    runs = {}
-    for name, source in (("original", SCHEDULED_FIT), ("default", _migrated(SCHEDULED_FIT))):
-        script, used[:] = tmp_path / f"{name}.py", []
+    exact = migrate_source(SCHEDULED_FIT, "train.py", exact=True).migrated
+    runs, printed = {}, {}
+    for name, source in (("original", SCHEDULED_FIT), ("default", _migrated(SCHEDULED_FIT)), ("exact", exact)):
+        script, used[:], out = tmp_path / f"{name}.py", [], io.StringIO()
         script.write_text(source)
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(out):
             runpy.run_path(str(script), run_name="__main__")
-        runs[name] = list(used)
-    assert runs["default"] == runs["original"] and len(runs["original"]) == 6
+        runs[name], printed[name] = list(used), out.getvalue()
+    assert runs["default"] == runs["original"] == runs["exact"] and len(runs["original"]) == 6
+    assert printed["exact"] == printed["original"] and printed["original"].count("epoch") == 3
+    assert printed["default"].count("epoch") == 3  # the same number of steps, weights one step old
 
 
 # A trainer method handed the optimizer as a parameter, by the script or by the class's loop.
@@ -382,3 +386,39 @@ def test_a_scheduler_stepped_by_a_caller_in_another_file_waits_for_the_step():
     ]
     assert "    model.step(_step_fn)" in results["steps.py"].migrated
     assert _line_before(results["main.py"].migrated, "        scheduler.step()") == "model.synchronize()"
+
+
+GLOBAL_MODEL = """import torch
+from torch.cuda.amp import GradScaler, autocast
+
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+scaler = GradScaler()
+
+
+def train_step(x, opt):
+    with autocast():
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+
+
+def fit(opt):
+    for i in range(3):
+        train_step(torch.randn(2, 4), opt)
+        for g in opt.param_groups:
+            g["lr"] *= 0.5
+
+
+fit(optimizer)
+scheduler.step()
+"""
+
+
+def test_writes_after_a_step_function_on_a_module_level_model_wait_for_the_step():
+    migrated = _migrated(GLOBAL_MODEL)
+    assert _line_before(migrated, "        for g in opt.param_groups:") == "model.synchronize()"
+    assert _line_before(migrated, "scheduler.step()") == "model.synchronize()"
