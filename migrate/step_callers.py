@@ -50,11 +50,11 @@ def caller_places(
     has no caller places."""
     places: List[CallerPlace] = []
     chain: Set[str] = set()
-    frontier = [(function, optimizer, model)]
+    frontier: List[Tuple[cst.FunctionDef, str, Optional[str]]] = [(function, optimizer, model)]
     seen: Set[int] = set()
     depth = 0
     while frontier and depth <= _MAX_DEPTH:
-        reached = []
+        reached: List[Tuple[cst.FunctionDef, str, Optional[str]]] = []
         for callee, optimizer_name, model_name in frontier:
             if id(callee) in seen or optimizer_name not in _parameters(callee):
                 continue
@@ -63,7 +63,7 @@ def caller_places(
             for place in _calls_of(rules, callee, optimizer_name, model_name):
                 places.append(place)
                 caller = rules.facts.enclosing(place.call, (cst.FunctionDef,))
-                if isinstance(caller, cst.FunctionDef) and place.model is not None:
+                if isinstance(caller, cst.FunctionDef):  # without a model name: its callers' writes are refused
                     reached.append((caller, place.optimizer, place.model))
         frontier = reached
         depth += 1
@@ -74,7 +74,9 @@ def _parameters(function: cst.FunctionDef) -> List[str]:
     return [p.name.value for p in function.params.params]
 
 
-def _calls_of(rules: "TorchAmpRules", function: cst.FunctionDef, optimizer: str, model: str) -> List[CallerPlace]:
+def _calls_of(
+    rules: "TorchAmpRules", function: cst.FunctionDef, optimizer: str, model: Optional[str]
+) -> List[CallerPlace]:
     """One place per call of ``function`` that hands the optimizer as a name or attribute
     (a call expression written in the argument cannot be written through by the caller)."""
     facts = rules.facts
@@ -96,13 +98,20 @@ def _calls_of(rules: "TorchAmpRules", function: cst.FunctionDef, optimizer: str,
 
 
 def _caller_model(
-    facts: "ModuleFacts", site: cst.Call, function: cst.FunctionDef, model: str, skipped: int, receiver: Optional[str]
+    facts: "ModuleFacts",
+    site: cst.Call,
+    function: cst.FunctionDef,
+    model: Optional[str],
+    skipped: int,
+    receiver: Optional[str],
 ) -> Optional[str]:
     """What the caller at ``site`` calls ``function``'s ``model``: the name or attribute it
     passes for that parameter, ``trainer.model`` for ``self.model`` of a method called as
     ``trainer.train_step(...)``, the same name for a module-level model (bound by neither
     function); else None."""
     caller = facts.enclosing(site, (cst.FunctionDef,))
+    if model is None:
+        return None
     if model in _parameters(function)[skipped:]:
         handed = argument_for(site, function, model, skipped)
         return dotted(handed) if handed is not None else None

@@ -422,3 +422,21 @@ def test_writes_after_a_step_function_on_a_module_level_model_wait_for_the_step(
     migrated = _migrated(GLOBAL_MODEL)
     assert _line_before(migrated, "        for g in opt.param_groups:") == "model.synchronize()"
     assert _line_before(migrated, "scheduler.step()") == "model.synchronize()"
+
+
+def test_a_write_where_the_model_is_built_waits_above_a_caller_without_a_handle_on_it():
+    """`fit` has no name for the model, but `main`, which built it, waits on its own name."""
+    fit = (
+        "\n\ndef fit(models, optimizer, scaler):\n"
+        "    for i in range(3):\n"
+        "        train_step(models[0], torch.randn(2, 4), optimizer, scaler)\n"
+        "\n\ndef main():\n"
+        "    model = torch.nn.Linear(4, 4)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)\n"
+        "    scaler = GradScaler()\n"
+        "    fit([model], optimizer, scaler)\n"
+        "    scheduler.step()\n"
+    )
+    migrated = _migrated(STEP_FUNCTION + fit)
+    assert _line_before(migrated, "    scheduler.step()") == "model.synchronize()"
