@@ -21,16 +21,14 @@ from typing import TYPE_CHECKING, List, Optional
 import libcst as cst
 from libcst.metadata import Assignment
 
-from .optimizer_writes import optimizer_writes
 from .plan import Blocked
 from .syntax import code
 
 if TYPE_CHECKING:
     from .attributes import InstanceFamily
-    from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
-__all__ = ["check_passing_caller", "method_call_sites"]
+__all__ = ["method_call_sites"]
 
 _CODE = "RPM108"
 
@@ -96,40 +94,3 @@ def _assigned_value(rules: "TorchAmpRules", assignment: Assignment) -> Optional[
     if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and statement.targets[0].target is node:
         return statement.value
     return None
-
-
-def check_passing_caller(rules: "TorchAmpRules", site: cst.Call, function: cst.FunctionDef, passed: cst.Name) -> None:
-    """In the asynchronous form, :class:`Blocked` when the function (or module) around
-    ``site``, a call of the method ``function`` handing it ``passed``, writes the state of
-    what ``passed`` holds, or steps a scheduler, where it may run after the call (the
-    step's own rules do not order writes beside a method call that hands the optimizer)."""
-    facts = rules.facts
-    if rules.exact:
-        return
-    caller = facts.enclosing(site, (cst.FunctionDef,))
-    statement = facts.statement_of(site)
-    writes = optimizer_writes(
-        facts,
-        caller or facts.module,
-        passed.value,
-        lambda owner, _: "sched" in owner.lower(),
-        {statement},
-        {function.name.value},
-    )
-    late = [w for w in writes if _may_run_after(facts, w, statement)]
-    if late:
-        raise Blocked(
-            late[0],
-            _CODE,
-            f"`{code(late[0]).strip()}` touches optimizer state after `{code(site)}`, whose step runs on the "
-            "optimizer thread, with nothing ordering the two asynchronously (the optimizer reaches the step "
-            "as a method's parameter); use --exact or migrate it by hand",
-        )
-
-
-def _may_run_after(facts: "ModuleFacts", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-    """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
-    if facts.order(statement) > facts.order(anchor):
-        return True
-    loops = [a for a in facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))]
-    return any(a in loops for a in facts.ancestors(statement))

@@ -72,7 +72,8 @@ def optimizer_writes(
     in source order: the outermost
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
-    a call of one of the ``trainers``, the functions holding the migrated steps), or calls
+    a call of one of the ``trainers``, the functions and methods holding the migrated steps
+    or calling them with the optimizer), or calls
     any other method of its scheduler (``scheduler.get_last_lr()`` reads what the step
     function's ``scheduler.step()`` writes) or of an object built with the optimizer
     (``policy = WarmupPolicy(optimizer, ...)``; ``policy.step_update(n)`` writes its groups)."""
@@ -97,9 +98,7 @@ def optimizer_writes(
                 _reads_scheduler(is_scheduler, owner, line) or _built_with(facts, owner, line, optimizer)
             ):
                 return True
-            if any(dotted(arg.value) == optimizer for arg in call.args) and not (
-                isinstance(call.func, cst.Name) and call.func.value in trainers
-            ):
+            if any(dotted(arg.value) == optimizer for arg in call.args) and _called_name(call) not in trainers:
                 return True
         return False
 
@@ -117,6 +116,14 @@ def optimizer_writes(
 
     facts.walk(root, visit)
     return found
+
+
+def _called_name(call: cst.Call) -> str:
+    """The name ``call`` calls: ``train`` of ``train(...)``, ``train_step`` of
+    ``trainer.train_step(...)``; empty for any other callee."""
+    if isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return call.func.value if isinstance(call.func, cst.Name) else ""
 
 
 def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: str, line: cst.CSTNode) -> bool:

@@ -16,7 +16,7 @@ from libcst.metadata import Assignment, Scope
 
 from .handed_in import constructor_parameter
 from .inherited_init import handed_arguments
-from .method_calls import check_passing_caller, method_call_sites
+from .method_calls import method_call_sites
 from .names import argument_for
 from .plan import Binding, Blocked
 from .syntax import only_assignment
@@ -59,9 +59,6 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
         )
     skipped = 0 if method_sites is None else 1
     passed = [(site, argument_for(site, function, name, skipped)) for site in sites]
-    for site, value in passed if method_sites is not None else ():
-        if isinstance(value, cst.Name):
-            check_passing_caller(rules, site, function, value)
     return _passed(rules, name, passed, depth)
 
 

@@ -52,14 +52,32 @@ class Synchronizations:
 
     def _trains(self, statement: cst.CSTNode, model: str, depth: int = 0) -> bool:
         """The statement may run a training step of ``model``: it calls a ``backward`` or a
-        ``step``, hands ``model`` to a call, or calls a function of this module that may
-        (``optimizer_step(optimizer, scaler)``; followed three calls deep)."""
+        ``step``, hands ``model`` to a call, calls a function of this module that may
+        (``optimizer_step(optimizer, scaler)``; followed three calls deep), or calls a method
+        named like one of the module's that does (``trainer.train_step(batch, optimizer)``)."""
         for call in self.facts.subtree(statement, cst.Call):
-            if m.matches(call.func, m.Attribute(attr=m.Name("backward") | m.Name("step"))):
+            if self._steps(call):
                 return True
             if any(dotted(arg.value) == model for arg in call.args):
+                return True
+            if isinstance(call.func, cst.Attribute) and self._a_method_named_steps(call.func.attr.value):
                 return True
             function = self.facts.local_function(call)
             if function is not None and (depth >= 3 or self._trains(function.body, model, depth + 1)):
                 return True
         return False
+
+    @staticmethod
+    def _steps(call: cst.Call) -> bool:
+        return m.matches(call.func, m.Attribute(attr=m.Name("backward") | m.Name("step")))
+
+    def _a_method_named_steps(self, name: str) -> bool:
+        """A method ``name`` of a class of this module calls a ``backward`` or a ``step``
+        itself (``trainer.train_step(batch, optimizer)`` may run the training step)."""
+        return any(
+            isinstance(method, cst.FunctionDef)
+            and method.name.value == name
+            and any(self._steps(call) for call in self.facts.subtree(method, cst.Call))
+            for cls in self.facts.subtree(self.facts.module, cst.ClassDef)
+            for method in cls.body.body
+        )

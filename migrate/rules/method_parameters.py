@@ -64,7 +64,7 @@ _TWO_OPTIMIZERS = _FROM_THE_CLASS.replace(
     "            self.train_step(batch, self.optimizer)\n            self.train_step(batch, self.finetune)\n",
 )
 
-#: a scheduler stepped by the caller after the call, asynchronously
+#: a scheduler stepped by the caller after the call waits for the asynchronous step
 _SCHEDULED_BY_THE_CALLER = _FROM_THE_SCRIPT.replace(
     "        trainer.train_step(batch, optimizer, max_norm=1.0)\n",
     "        trainer.train_step(batch, optimizer, max_norm=1.0)\n        scheduler.step()\n",
@@ -122,16 +122,16 @@ RULE = Rule(
             "the parameter is followed to what every call passes, as a function's parameter is (the model "
             "wrapped and the optimizer built on its copies where they are built). Refused (RPM108): the "
             "method's name used other than as a call on an instance of the class (handed around as a value, "
-            "named in a string, defined by another class too), or, asynchronously, optimizer state written "
-            "by a caller after the call (`scheduler.step()`); (RPM107) the calls hand different optimizers "
-            "of one model",
+            "named in a string, defined by another class too); (RPM107) the calls hand different optimizers "
+            "of one model. Optimizer state a caller writes after the call (`scheduler.step()`) waits for the "
+            "asynchronous step (rule optimizer_writes)",
             "传给训练器步骤方法的优化器：`def train_step(self, batch, optimizer)`，在类内以 "
             "`self.train_step(batch, self.optimizer)` 调用，或由脚本以 `trainer.train_step(batch, optimizer)` "
             "调用（`trainer = Trainer(...)`）",
             "与函数参数一样，把该参数追踪到每个调用传入的对象（模型在其构建处包装，优化器构建在其副本上）。"
             "以下情况被拒绝（RPM108）：方法名除了作为该类实例上的调用之外另有用途（被当作值传递、出现在字符串中、"
-            "另一个类也定义了同名方法），或在异步形式下调用方在调用之后写优化器状态（`scheduler.step()`）；"
-            "（RPM107）各调用为同一个模型传入不同的优化器",
+            "另一个类也定义了同名方法）；（RPM107）各调用为同一个模型传入不同的优化器。调用方在调用之后写优化器状态"
+            "（`scheduler.step()`）时先等待异步步骤（规则 optimizer_writes）",
         ),
     ),
     examples=(
@@ -152,7 +152,10 @@ RULE = Rule(
             ),
         ),
         Example(_TWO_OPTIMIZERS, codes=("RPM107",)),
-        Example(_SCHEDULED_BY_THE_CALLER, codes=("RPM108",)),
+        Example(
+            _SCHEDULED_BY_THE_CALLER,
+            expect=("        trainer.train_step(batch, optimizer, max_norm=1.0)\n        model.synchronize()\n",),
+        ),
         Example(_METHOD_AS_VALUE, codes=("RPM108",)),
         Example(_MIGRATED),
     ),

@@ -2,7 +2,8 @@
 
 :func:`order_optimizer_writes` finds, for a :class:`~migrate.steps.StepBuilder`
 (``step``), every place the step's optimizer may be written on the main thread (the step's
-function, the callers that built the optimizer, a state object's functions, aliases) and
+function, the callers that built the optimizer, the callers of the step's function up the
+chain the optimizer is handed along, a state object's functions, aliases) and
 plans ``model.synchronize()`` before each write there (:mod:`migrate.optimizer_writes`
 finds the writes).
 """
@@ -20,6 +21,9 @@ from ..aliases import spellings
 from ..attributes import InstanceFamily, instance_places
 from ..optimizer_writes import is_scheduler, optimizer_writes
 from ..origins import INLINE
+from ..plan import Blocked
+from ..step_callers import caller_places
+from ..syntax import code
 from . import Example, Pattern, Rule
 
 if TYPE_CHECKING:
@@ -35,9 +39,9 @@ RULE = Rule(
     implemented_in=("rules/optimizer_writes.py", "optimizer_writes.py"),
     patterns=(
         Pattern(
-            'main-thread writes of optimizer state that may run while an asynchronous step is in flight: `for g in optimizer.param_groups: g["lr"] = ...`, a scheduler step outside the step group, `add_param_group`, `optimizer.load_state_dict`, an `optimizer.zero_grad()` left outside the step function (beside a two-path `if`, before a micro-step loop), a helper given the optimizer (`adjust_learning_rate(optimizer, epoch)`); reads of the scheduler that the step function steps (`scheduler.get_last_lr()` logged after the step), a method of an object built with the optimizer (`policy = WarmupPolicy(optimizer, lr)`, then `policy.step_update(n)`)',
+            'main-thread writes of optimizer state that may run while an asynchronous step is in flight: `for g in optimizer.param_groups: g["lr"] = ...`, a scheduler step outside the step group, `add_param_group`, `optimizer.load_state_dict`, an `optimizer.zero_grad()` left outside the step function (beside a two-path `if`, before a micro-step loop), a helper given the optimizer (`adjust_learning_rate(optimizer, epoch)`); reads of the scheduler that the step function steps (`scheduler.get_last_lr()` logged after the step), a method of an object built with the optimizer (`policy = WarmupPolicy(optimizer, lr)`, then `policy.step_update(n)`); any of these in a caller of the step\'s function after the call, up the chain the optimizer is handed along (`scheduler.step()` in `fit` after `train_step(model, batch, optimizer, scaler)`, or after `run_epoch(...)` calling it; refused with RPM108 when the call hands the model as no name the caller can wait on)',
             "`model.synchronize()` right before them, so they run after the running step, as in the original (nothing is added with `--exact`, where the step has finished when `model.step` returns)",
-            '异步步骤可能正在运行时、主线程上对优化器状态的写入：`for g in optimizer.param_groups: g["lr"] = ...`、步骤组之外的调度器 step、`add_param_group`、`optimizer.load_state_dict`、留在步骤函数之外的 `optimizer.zero_grad()`（在双路径 `if` 旁、微步循环之前）、接收优化器的辅助函数（`adjust_learning_rate(optimizer, epoch)`）；对由步骤函数推进的调度器的读取（在步骤之后记录 `scheduler.get_last_lr()`）、用优化器构造的对象的方法（`policy = WarmupPolicy(optimizer, lr)` 之后的 `policy.step_update(n)`）',
+            '异步步骤可能正在运行时、主线程上对优化器状态的写入：`for g in optimizer.param_groups: g["lr"] = ...`、步骤组之外的调度器 step、`add_param_group`、`optimizer.load_state_dict`、留在步骤函数之外的 `optimizer.zero_grad()`（在双路径 `if` 旁、微步循环之前）、接收优化器的辅助函数（`adjust_learning_rate(optimizer, epoch)`）；对由步骤函数推进的调度器的读取（在步骤之后记录 `scheduler.get_last_lr()`）、用优化器构造的对象的方法（`policy = WarmupPolicy(optimizer, lr)` 之后的 `policy.step_update(n)`）；以及步骤函数的调用方（沿优化器被传递的调用链向上）在调用之后的上述写入（`fit` 中 `train_step(model, batch, optimizer, scaler)` 之后、或调用它的 `run_epoch(...)` 之后的 `scheduler.step()`；调用传入的模型不是调用方可以等待的名字时以 RPM108 拒绝）',
             "在其前面插入 `model.synchronize()`，使它们像原脚本一样在正在运行的步骤之后执行（`--exact` 下不插入：`model.step` 返回时步骤已经完成）",
         ),
     ),
@@ -58,6 +62,12 @@ RULE = Rule(
             expect=("        model.synchronize()\n        policy.step_update(n)",),
         ),
         Example(
+            'import torch\n\n\ndef train_step(model, x, optimizer, scaler):\n    with torch.autocast("cuda"):\n        loss = model(x).sum()\n    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n    optimizer.zero_grad()\n\n\ndef fit(model, batches, optimizer, scheduler, scaler):\n    for x in batches:\n        train_step(model, x, optimizer, scaler)\n        scheduler.step()\n\n\ndef main(batches):\n    model = torch.nn.Linear(4, 4)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)\n    scaler = torch.amp.GradScaler("cuda")\n    fit(model, batches, optimizer, scheduler, scaler)\n',
+            expect=(
+                "        train_step(model, x, optimizer, scaler)\n        model.synchronize()\n        scheduler.step()",
+            ),
+        ),
+        Example(
             'import torch\n\nmodel = torch.nn.Linear(2, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor group in optimizer.param_groups:  # no GradScaler step: nothing to order\n    group["lr"] = 0.01\n',
         ),
     ),
@@ -66,9 +76,11 @@ RULE = Rule(
 
 def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
     """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
-    optimizer) in the step's function, and after the wrap where the optimizer is built,
-    wait for the running step first (``model.synchronize()`` before them); the
-    ``skipped`` statements are the step's own. Nothing for a step whose shape leaves the
+    optimizer) in the step's function, after the wrap where the optimizer is built, and
+    in the callers of the step's function after their call (up the chain the optimizer is
+    handed along: :mod:`migrate.step_callers`) wait for the running step first (``model.synchronize()`` before them); the
+    ``skipped`` statements are the step's own. :class:`Blocked` (RPM108) for a caller's
+    write when the call hands the model as no name the caller can wait on. Nothing for a step whose shape leaves the
     ordering to another rule (``step.orders_optimizer_writes``)."""
     if not step.orders_optimizer_writes:
         return
@@ -76,13 +88,13 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
     trainers = {trainer} if trainer else set()
-    places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
+    places: List[Tuple[cst.CSTNode, str, Optional[str], Optional[List[cst.CSTNode]]]] = [
         (function or facts.module, optimizer, model, [step.backward])
     ]
     states = step.rules.state_objects
     for built, model_outer in step.builds:
         if isinstance(built.scope, InstanceFamily):
-            places = instance_places(built.scope, function, step.backward, optimizer, model)
+            places[:] = instance_places(built.scope, function, step.backward, optimizer, model)
         if built.scope is facts.scope(step.backward) or not trainer or built.name == INLINE:
             continue
         scope = built.scope
@@ -90,6 +102,17 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
         # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
         calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
         places.append((root, built.name, model_outer, calls))
+    if isinstance(function, cst.FunctionDef) and not step.rules.exact:
+        # `fit` calls `train_step(model, batch, optimizer, scaler)`, then steps the scheduler
+        callers, chain = caller_places(step.rules, function, optimizer, model)
+        trainers |= chain
+        for c in callers:
+            for name in [c.optimizer, *sorted(spellings(facts, c.optimizer, c.call) - {c.optimizer})]:
+                same = [p[3] for p in places if p[0] is c.root and p[1] == name and p[3] is not None]
+                if same:  # the place that built the optimizer: its writes wait after this call too
+                    same[0].append(c.call)
+                else:
+                    places.append((c.root, name, c.model, [c.call]))
     # a state object's optimizer: every function holding the state may write it anytime
     places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, step.backward)]
     # `opt = optimizer`: writes through an alias bound once in the step's scope
@@ -104,7 +127,22 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
 
         for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
             if anchors is None or any(_may_run_after(step, statement, anchor) for anchor in anchors):
+                if model_name is None:
+                    raise _no_model_handle(statement, anchors)
                 step.rules.plan.synchronize_before.append((statement, model_name))
+
+
+def _no_model_handle(statement: cst.CSTNode, anchors: Optional[List[cst.CSTNode]]) -> Blocked:
+    """The refusal of a caller's write that may race with the step of the function it calls,
+    when the call hands the model as no name the caller could synchronize."""
+    call = code(anchors[0]).strip() if anchors else "the call"
+    return Blocked(
+        statement,
+        "RPM108",
+        f"`{code(statement).strip()}` touches optimizer state after `{call}`, whose step runs on the "
+        "optimizer thread, and the call hands the model as no name this function could wait on "
+        "(`model.synchronize()`); use --exact or migrate it by hand",
+    )
 
 
 def _may_run_after(step: "StepBuilder", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
