@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, List, Optional
 import libcst as cst
 from libcst.metadata import Assignment
 
-from .optimizer_writes import optimizer_writes
+from .optimizer_writes import is_scheduler, may_run_after, optimizer_writes
 from .plan import Blocked
 from .syntax import code
 
 if TYPE_CHECKING:
     from .attributes import InstanceFamily
-    from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
 __all__ = ["check_passing_caller", "method_call_sites"]
@@ -112,11 +111,11 @@ def check_passing_caller(rules: "TorchAmpRules", site: cst.Call, function: cst.F
         facts,
         caller or facts.module,
         passed.value,
-        lambda owner, _: "sched" in owner.lower(),
+        lambda owner, at: is_scheduler(rules, owner, at, unbound=True),
         {statement},
         {function.name.value},
     )
-    late = [w for w in writes if _may_run_after(facts, w, statement)]
+    late = [w for w in writes if may_run_after(facts, w, statement)]
     if late:
         raise Blocked(
             late[0],
@@ -125,11 +124,3 @@ def check_passing_caller(rules: "TorchAmpRules", site: cst.Call, function: cst.F
             "optimizer thread, with nothing ordering the two asynchronously (the optimizer reaches the step "
             "as a method's parameter); use --exact or migrate it by hand",
         )
-
-
-def _may_run_after(facts: "ModuleFacts", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-    """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
-    if facts.order(statement) > facts.order(anchor):
-        return True
-    loops = [a for a in facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))]
-    return any(a in loops for a in facts.ancestors(statement))

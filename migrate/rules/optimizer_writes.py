@@ -18,7 +18,7 @@ from libcst.metadata import Scope
 from .. import multi_step
 from ..aliases import spellings
 from ..attributes import InstanceFamily, instance_places
-from ..optimizer_writes import is_scheduler, optimizer_writes
+from ..optimizer_writes import is_scheduler, may_run_after, optimizer_writes
 from ..origins import INLINE
 from . import Example, Pattern, Rule
 
@@ -103,13 +103,5 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
             return is_scheduler(step.rules, owner, at) and multi_step.schedules(step, owner, at, name)
 
         for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
-            if anchors is None or any(_may_run_after(step, statement, anchor) for anchor in anchors):
+            if anchors is None or any(may_run_after(step.facts, statement, anchor) for anchor in anchors):
                 step.rules.plan.synchronize_before.append((statement, model_name))
-
-
-def _may_run_after(step: "StepBuilder", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-    """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
-    if step.facts.order(statement) > step.facts.order(anchor):
-        return True
-    loops = {id(a) for a in step.facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
-    return any(id(a) in loops for a in step.facts.ancestors(statement))
