@@ -152,23 +152,38 @@ def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: st
 
 
 def _built_with(facts: ModuleFacts, owner: str, line: cst.CSTNode, optimizer: str) -> bool:
-    """``owner`` is a name of ``line``'s scope bound only by calls that are given
-    ``optimizer`` (``policy = WarmupPolicy(optimizer, base_lr)``): an object that may write
-    the optimizer's state whenever one of its methods runs."""
-    scope = facts.scope(line)
-    if not owner.isidentifier() or scope is None:
-        return False
-    targets = [facts.parent(getattr(a, "node", None)) for a in scope[owner]]
-    assigns = [facts.parent(t) for t in targets if isinstance(t, cst.AssignTarget)]
-    if len(assigns) != len(targets) or not assigns:
-        return False  # also bound another way (a parameter, a loop, an import)
-    return all(
+    """``owner`` is a name of ``line``'s scope, or an attribute of the instance parameter of
+    ``line``'s class (``self.policy``), bound only by calls that are given ``optimizer``
+    (``policy = WarmupPolicy(optimizer, base_lr)``): an object that may write the
+    optimizer's state whenever one of its methods runs."""
+    assigns = _assignments(facts, owner, line)
+    return bool(assigns) and all(
         isinstance(a, cst.Assign)
         and isinstance(a.value, cst.Call)
         and any(dotted(arg.value) == optimizer for arg in a.value.args)
         and not _builds_a_trainer(facts, a.value)
         for a in assigns
     )
+
+
+def _assignments(facts: ModuleFacts, owner: str, line: cst.CSTNode) -> List[Optional[cst.CSTNode]]:
+    """The statements binding ``owner`` seen from ``line``: for a name, its assignments in
+    ``line``'s scope (empty when it is also bound another way: a parameter, a loop, an
+    import); for ``receiver.attribute``, the assignments to it anywhere in ``line``'s class."""
+    attribute = owner.partition(".")[2]
+    if attribute:
+        klass = facts.enclosing(line, (cst.ClassDef,))
+        if klass is None or not attribute.isidentifier():
+            return []
+        return [
+            facts.parent(target) for target in facts.subtree(klass, cst.AssignTarget) if dotted(target.target) == owner
+        ]
+    scope = facts.scope(line)
+    if not owner.isidentifier() or scope is None:
+        return []
+    targets = [facts.parent(getattr(a, "node", None)) for a in scope[owner]]
+    assigns = [facts.parent(t) for t in targets if isinstance(t, cst.AssignTarget)]
+    return assigns if len(assigns) == len(targets) else []
 
 
 def _builds_a_trainer(facts: ModuleFacts, call: cst.Call) -> bool:

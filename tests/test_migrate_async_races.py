@@ -229,3 +229,54 @@ def test_a_scheduler_in_an_attribute_stepped_after_a_handed_step_is_refused():
     assert result.status == "partial"
     assert any(d.code == "RPM108" and "self.warmup.step()" in d.format() for d in result.diagnostics)
     assert migrate_source(ATTRIBUTE_SCHEDULER, "train.py", exact=True).status == "migrated"
+
+
+# An object built with the optimizer and held in an attribute (``self.policy``), driven
+# after a trainer method handed the optimizer.
+ATTRIBUTE_POLICY = """import torch
+
+
+class Policy:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step_update(self, n):
+        for group in self.optimizer.param_groups:
+            group["lr"] = 0.1 / (1 + n)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x, optimizer):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = self.model(x).float().sum()
+        optimizer.zero_grad()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return loss.item()
+
+    def fit(self, batches, optimizer):
+        self.policy = Policy(optimizer)
+        for n, x in enumerate(batches):
+            loss = self.train_step(x, optimizer)
+            self.policy.step_update(n)
+            print(loss)
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    trainer = Trainer(model)
+    trainer.fit([torch.ones(2, 4)] * 3, optimizer)
+"""
+
+
+def test_an_attribute_built_with_the_optimizer_driven_after_a_handed_step_is_refused():
+    result = migrate_source(ATTRIBUTE_POLICY, "train.py")
+    assert result.status == "partial"
+    assert any(d.code == "RPM108" and "self.policy.step_update(n)" in d.format() for d in result.diagnostics)
+    assert migrate_source(ATTRIBUTE_POLICY, "train.py", exact=True).status == "migrated"
