@@ -138,6 +138,7 @@ def main(path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
     scaler = torch.amp.GradScaler("cpu")
+    opt = optimizer
     for step in range(4):
         optimizer.zero_grad()
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
@@ -160,6 +161,7 @@ READS = {
     "optimizer_only_checkpoint": "seen = torch.save(optimizer.state_dict(), path)",
     "optimizer_state": "seen = [optimizer.state[p] for p in model.parameters()]",
     "logged_lr": 'seen = optimizer.param_groups[0]["lr"]',
+    "alias_state_dict": 'seen = len(opt.state_dict()["state"])',
 }
 
 
