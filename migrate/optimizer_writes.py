@@ -4,8 +4,10 @@ In the asynchronous RoundPipe form the step function runs on the optimizer threa
 main thread goes on; a learning-rate loop over ``optimizer.param_groups``, a scheduler step
 outside the step function, ``add_param_group`` or a helper handed the optimizer
 (``adjust_learning_rate(optimizer, epoch)``) and a ``zero_grad()`` left beside the step
-(it clears the optimizer copies' gradients) would race with it. The rules order each of
-them after the running step (``model.synchronize()`` before it); this module only finds them.
+(it clears the optimizer copies' gradients) would race with it, and so would a read of what
+the step writes in place (``optimizer.state_dict()``, ``optimizer.state[p]``, a scheduler's
+``last_epoch``). The rules order each of them after the running step (``model.synchronize()``
+before it); this module only finds them.
 """
 
 from __future__ import annotations
@@ -21,21 +23,25 @@ from .syntax import dotted, method_call
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["is_scheduler", "optimizer_writes"]
+__all__ = ["is_scheduler", "may_run_after", "optimizer_writes"]
+
+#: Attributes of an optimizer holding what its step writes in place (a read races with it).
+_STEPPED_STATE = ("param_groups", "state", "state_dict")
 
 
-def is_scheduler(rules: "TorchAmpRules", name: str, at: cst.CSTNode) -> bool:
+def is_scheduler(rules: "TorchAmpRules", name: str, at: cst.CSTNode, unbound: bool = False) -> bool:
     """``name`` (a name or ``self.attribute`` read at ``at``) holds a learning-rate scheduler:
     it is bound by a call of ``torch.optim.lr_scheduler`` or of a function of the module
     returning one, or it is named like one (``sched``
     in the name: a scheduler built by a helper, handed in as a parameter, or held in an
     attribute the rules do not follow). Raises :class:`Blocked` for a plain name that the
-    file does not bind."""
+    file does not bind, unless ``unbound`` (then such a name, a global of another module, is
+    judged by its name too)."""
     binding: Optional[Binding] = None
     try:
         binding = rules.binding(name, at)
     except Blocked:
-        if "." not in name:
+        if "." not in name and not unbound:
             raise
     if binding is not None and isinstance(binding.value, cst.Call):
         if rules.facts.calls_prefix(binding.value, [LR_SCHEDULER_PREFIX]) or _returns_scheduler(
@@ -73,10 +79,12 @@ def optimizer_writes(
     ``for`` over ``optimizer.param_groups``, or the line that assigns into it, calls one of
     its mutating methods, steps a scheduler or passes the optimizer to a call (other than
     a call of one of the ``trainers``, the functions and methods holding the migrated steps
-    or calling them with the optimizer), or calls
-    any other method of its scheduler (``scheduler.get_last_lr()`` reads what the step
-    function's ``scheduler.step()`` writes) or of an object built with the optimizer
-    (``policy = WarmupPolicy(optimizer, ...)``; ``policy.step_update(n)`` writes its groups)."""
+    or calling them with the optimizer), reads what the step writes in place
+    (``optimizer.state_dict()``, ``optimizer.state[p]``), reads any attribute of its
+    scheduler (``scheduler.get_last_lr()``, ``scheduler.last_epoch``: what the step
+    function's ``scheduler.step()`` writes) or calls a method of an object built with the
+    optimizer (``policy = WarmupPolicy(optimizer, ...)``; ``policy.step_update(n)`` writes
+    its groups)."""
     found: List[cst.BaseStatement] = []
 
     def reads_param_groups(node: cst.CSTNode) -> bool:
@@ -85,8 +93,17 @@ def optimizer_writes(
             for attribute in facts.subtree(node, cst.Attribute)
         )
 
+    def reads_stepped_state(line: cst.SimpleStatementLine) -> bool:
+        for attribute in facts.subtree(line, cst.Attribute):
+            owner = dotted(attribute.value)
+            if owner == optimizer and attribute.attr.value in _STEPPED_STATE:
+                return True
+            if owner is not None and _reads_scheduler(is_scheduler, owner, line):
+                return True
+        return False
+
     def touches(line: cst.SimpleStatementLine) -> bool:
-        if reads_param_groups(line):
+        if reads_stepped_state(line):
             return True
         for call in facts.subtree(line, cst.Call):
             if any(method_call(call, optimizer, name) for name in ("add_param_group", "load_state_dict", "zero_grad")):
@@ -94,9 +111,7 @@ def optimizer_writes(
             owner = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
             if owner is not None and call.func.attr.value == "step" and is_scheduler(owner, line):  # type: ignore[attr-defined]
                 return True
-            if owner is not None and (
-                _reads_scheduler(is_scheduler, owner, line) or _built_with(facts, owner, line, optimizer)
-            ):
+            if owner is not None and _built_with(facts, owner, line, optimizer):
                 return True
             if any(dotted(arg.value) == optimizer for arg in call.args) and _called_name(call) not in trainers:
                 return True
@@ -126,6 +141,14 @@ def _called_name(call: cst.Call) -> str:
     return call.func.value if isinstance(call.func, cst.Name) else ""
 
 
+def may_run_after(facts: ModuleFacts, statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+    """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
+    if facts.order(statement) > facts.order(anchor):
+        return True
+    loops = {id(a) for a in facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
+    return any(id(a) in loops for a in facts.ancestors(statement))
+
+
 def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: str, line: cst.CSTNode) -> bool:
     """``owner`` (the receiver of a method call on ``line``) is the optimizer's scheduler; a
     receiver the file does not bind is not one."""
@@ -136,23 +159,38 @@ def _reads_scheduler(is_scheduler: Callable[[str, cst.CSTNode], bool], owner: st
 
 
 def _built_with(facts: ModuleFacts, owner: str, line: cst.CSTNode, optimizer: str) -> bool:
-    """``owner`` is a name of ``line``'s scope bound only by calls that are given
-    ``optimizer`` (``policy = WarmupPolicy(optimizer, base_lr)``): an object that may write
-    the optimizer's state whenever one of its methods runs."""
-    scope = facts.scope(line)
-    if not owner.isidentifier() or scope is None:
-        return False
-    targets = [facts.parent(getattr(a, "node", None)) for a in scope[owner]]
-    assigns = [facts.parent(t) for t in targets if isinstance(t, cst.AssignTarget)]
-    if len(assigns) != len(targets) or not assigns:
-        return False  # also bound another way (a parameter, a loop, an import)
-    return all(
+    """``owner`` is a name of ``line``'s scope, or an attribute of the instance parameter of
+    ``line``'s class (``self.policy``), bound only by calls that are given ``optimizer``
+    (``policy = WarmupPolicy(optimizer, base_lr)``): an object that may write the
+    optimizer's state whenever one of its methods runs."""
+    assigns = _assignments(facts, owner, line)
+    return bool(assigns) and all(
         isinstance(a, cst.Assign)
         and isinstance(a.value, cst.Call)
         and any(dotted(arg.value) == optimizer for arg in a.value.args)
         and not _builds_a_trainer(facts, a.value)
         for a in assigns
     )
+
+
+def _assignments(facts: ModuleFacts, owner: str, line: cst.CSTNode) -> List[Optional[cst.CSTNode]]:
+    """The statements binding ``owner`` seen from ``line``: for a name, its assignments in
+    ``line``'s scope (empty when it is also bound another way: a parameter, a loop, an
+    import); for ``receiver.attribute``, the assignments to it anywhere in ``line``'s class."""
+    attribute = owner.partition(".")[2]
+    if attribute:
+        klass = facts.enclosing(line, (cst.ClassDef,))
+        if klass is None or not attribute.isidentifier():
+            return []
+        return [
+            facts.parent(target) for target in facts.subtree(klass, cst.AssignTarget) if dotted(target.target) == owner
+        ]
+    scope = facts.scope(line)
+    if not owner.isidentifier() or scope is None:
+        return []
+    targets = [facts.parent(getattr(a, "node", None)) for a in scope[owner]]
+    assigns = [facts.parent(t) for t in targets if isinstance(t, cst.AssignTarget)]
+    return assigns if len(assigns) == len(targets) else []
 
 
 def _builds_a_trainer(facts: ModuleFacts, call: cst.Call) -> bool:

@@ -663,10 +663,7 @@ class ScalerWrappers:
     def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
         """:func:`~migrate.optimizer_writes.is_scheduler`; a name this file does not bind
         (a global of another module) is judged by its name."""
-        try:
-            return is_scheduler(self.rules, name, at)
-        except Blocked:
-            return "sched" in name.lower()
+        return is_scheduler(self.rules, name, at, unbound=True)
 
     def _plan_plain_path(self, call: cst.Call, optimizer: str, model: str) -> cst.BaseStatement:
         """``if loss_scaler is not None: loss_scaler(...) else: loss.backward(); ...;

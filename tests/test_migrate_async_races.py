@@ -7,9 +7,13 @@ callers of a module function that runs the step, one or two calls up. Each gets
 ``model.synchronize()`` on the line before it in the default (asynchronous) migration; a
 caller with no name for the model is refused."""
 
+import time
+
 import pytest
+import torch
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 ALIAS = """import torch
 from torch.cuda.amp import GradScaler, autocast
@@ -440,3 +444,163 @@ def test_a_write_where_the_model_is_built_waits_above_a_caller_without_a_handle_
     )
     migrated = _migrated(STEP_FUNCTION + fit)
     assert _line_before(migrated, "    scheduler.step()") == "model.synchronize()"
+
+
+# A read after the step of what the step writes in place (issue 9 review: reads that are
+# not method calls of the scheduler were left racing).
+READ_AFTER_STEP = """import torch
+
+
+def main(path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu")
+    opt = optimizer
+    for step in range(4):
+        optimizer.zero_grad()
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = model(torch.ones(2, 4)).float().sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        READ
+        print(f"step {step} read {seen}")
+
+
+if __name__ == "__main__":
+    main("checkpoint.pt")
+"""
+
+READS = {
+    "scheduler_attribute": "seen = scheduler.last_epoch",
+    "optimizer_state_dict": 'seen = len(optimizer.state_dict()["state"])',
+    "optimizer_only_checkpoint": "seen = torch.save(optimizer.state_dict(), path)",
+    "optimizer_state": "seen = [optimizer.state[p] for p in model.parameters()]",
+    "logged_lr": 'seen = optimizer.param_groups[0]["lr"]',
+    "alias_state_dict": 'seen = len(opt.state_dict()["state"])',
+}
+
+
+@pytest.mark.parametrize("read", list(READS.values()), ids=list(READS))
+def test_a_read_of_what_the_step_writes_waits_for_the_step(read):
+    source = READ_AFTER_STEP.replace("READ", read)
+    migrated = _migrated(source)
+    assert "        model.step(_step_fn)" in migrated
+    assert _line_before(migrated, f"        {read}") == "model.synchronize()"
+    exact = migrate_source(source, "train.py", exact=True)
+    assert exact.status == "migrated" and "synchronize" not in exact.migrated  # synchronous already
+
+
+def test_a_scheduler_attribute_read_after_a_slowed_step_sees_the_originals_value(tmp_path, monkeypatch):
+    """The optimizer thread's step (and the scheduler step in the step function) is slowed:
+    the main thread's read of ``scheduler.last_epoch`` must still print the original's."""
+    plain_step = torch.optim.SGD.step
+
+    def slow_step(self, closure=None):
+        time.sleep(0.05)
+        return plain_step(self, closure)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", slow_step)
+    monkeypatch.chdir(tmp_path)
+    source = READ_AFTER_STEP.replace("READ", READS["scheduler_attribute"])
+    original, migrated = (
+        run_script(source, tmp_path, "original.py"),
+        run_script(_migrated(source), tmp_path, "async.py"),
+    )
+    assert migrated == original and original.count("step ") == 4
+
+
+# The scheduler of a trainer method handed the optimizer, held in an attribute whose name
+# does not say "sched" (issue 9 review m1).
+ATTRIBUTE_SCHEDULER = """import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x, optimizer):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = self.model(x).float().sum()
+        optimizer.zero_grad()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return loss.item()
+
+    def fit(self, batches, optimizer):
+        self.warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: 0.5**n)
+        for x in batches:
+            loss = self.train_step(x, optimizer)
+            self.warmup.step()
+            print(loss)
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    trainer = Trainer(model)
+    trainer.fit([torch.ones(2, 4)] * 3, optimizer)
+"""
+
+
+def test_a_scheduler_in_an_attribute_stepped_after_a_handed_step_is_refused():
+    result = migrate_source(ATTRIBUTE_SCHEDULER, "train.py")
+    assert result.status == "partial"
+    assert any(d.code == "RPM108" and "self.warmup.step()" in d.format() for d in result.diagnostics)
+    assert migrate_source(ATTRIBUTE_SCHEDULER, "train.py", exact=True).status == "migrated"
+
+
+# An object built with the optimizer and held in an attribute (``self.policy``), driven
+# after a trainer method handed the optimizer.
+ATTRIBUTE_POLICY = """import torch
+
+
+class Policy:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step_update(self, n):
+        for group in self.optimizer.param_groups:
+            group["lr"] = 0.1 / (1 + n)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x, optimizer):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = self.model(x).float().sum()
+        optimizer.zero_grad()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return loss.item()
+
+    def fit(self, batches, optimizer):
+        self.policy = Policy(optimizer)
+        for n, x in enumerate(batches):
+            loss = self.train_step(x, optimizer)
+            self.policy.step_update(n)
+            print(loss)
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    trainer = Trainer(model)
+    trainer.fit([torch.ones(2, 4)] * 3, optimizer)
+"""
+
+
+def test_an_attribute_built_with_the_optimizer_driven_after_a_handed_step_is_refused():
+    result = migrate_source(ATTRIBUTE_POLICY, "train.py")
+    assert result.status == "partial"
+    assert any(d.code == "RPM108" and "self.policy.step_update(n)" in d.format() for d in result.diagnostics)
+    assert migrate_source(ATTRIBUTE_POLICY, "train.py", exact=True).status == "migrated"

@@ -19,7 +19,7 @@ from libcst.metadata import Scope
 from .. import multi_step
 from ..aliases import spellings
 from ..attributes import InstanceFamily, instance_places
-from ..optimizer_writes import is_scheduler, optimizer_writes
+from ..optimizer_writes import is_scheduler, may_run_after, optimizer_writes
 from ..origins import INLINE
 from ..plan import Blocked
 from ..step_callers import caller_places
@@ -39,9 +39,9 @@ RULE = Rule(
     implemented_in=("rules/optimizer_writes.py", "optimizer_writes.py"),
     patterns=(
         Pattern(
-            'main-thread writes of optimizer state that may run while an asynchronous step is in flight: `for g in optimizer.param_groups: g["lr"] = ...`, a scheduler step outside the step group, `add_param_group`, `optimizer.load_state_dict`, an `optimizer.zero_grad()` left outside the step function (beside a two-path `if`, before a micro-step loop), a helper given the optimizer (`adjust_learning_rate(optimizer, epoch)`); reads of the scheduler that the step function steps (`scheduler.get_last_lr()` logged after the step), a method of an object built with the optimizer (`policy = WarmupPolicy(optimizer, lr)`, then `policy.step_update(n)`); any of these in a caller of the step\'s function after the call, up the chain the optimizer is handed along (`scheduler.step()` in `fit` after `train_step(model, batch, optimizer, scaler)`, or after `run_epoch(...)` calling it; refused with RPM108 when the call hands the model as no name the caller can wait on)',
+            'main-thread writes of optimizer state that may run while an asynchronous step is in flight: `for g in optimizer.param_groups: g["lr"] = ...`, a scheduler step outside the step group, `add_param_group`, `optimizer.load_state_dict`, an `optimizer.zero_grad()` left outside the step function (beside a two-path `if`, before a micro-step loop), a helper given the optimizer (`adjust_learning_rate(optimizer, epoch)`); reads of what the step writes in place (`optimizer.state_dict()`, `optimizer.state[p]`, `torch.save(optimizer.state_dict(), path)`) or of any attribute of the scheduler that the step function steps (`scheduler.get_last_lr()`, `scheduler.last_epoch` logged after the step), a method of an object built with the optimizer (`policy = WarmupPolicy(optimizer, lr)`, then `policy.step_update(n)`); any of these in a caller of the step\'s function after the call, up the chain the optimizer is handed along (`scheduler.step()` in `fit` after `train_step(model, batch, optimizer, scaler)`, or after `run_epoch(...)` calling it; refused with RPM108 when the call hands the model as no name the caller can wait on)',
             "`model.synchronize()` right before them, so they run after the running step, as in the original (nothing is added with `--exact`, where the step has finished when `model.step` returns)",
-            '异步步骤可能正在运行时、主线程上对优化器状态的写入：`for g in optimizer.param_groups: g["lr"] = ...`、步骤组之外的调度器 step、`add_param_group`、`optimizer.load_state_dict`、留在步骤函数之外的 `optimizer.zero_grad()`（在双路径 `if` 旁、微步循环之前）、接收优化器的辅助函数（`adjust_learning_rate(optimizer, epoch)`）；对由步骤函数推进的调度器的读取（在步骤之后记录 `scheduler.get_last_lr()`）、用优化器构造的对象的方法（`policy = WarmupPolicy(optimizer, lr)` 之后的 `policy.step_update(n)`）；以及步骤函数的调用方（沿优化器被传递的调用链向上）在调用之后的上述写入（`fit` 中 `train_step(model, batch, optimizer, scaler)` 之后、或调用它的 `run_epoch(...)` 之后的 `scheduler.step()`；调用传入的模型不是调用方可以等待的名字时以 RPM108 拒绝）',
+            '异步步骤可能正在运行时、主线程上对优化器状态的写入：`for g in optimizer.param_groups: g["lr"] = ...`、步骤组之外的调度器 step、`add_param_group`、`optimizer.load_state_dict`、留在步骤函数之外的 `optimizer.zero_grad()`（在双路径 `if` 旁、微步循环之前）、接收优化器的辅助函数（`adjust_learning_rate(optimizer, epoch)`）；对步骤原地写入之物的读取（`optimizer.state_dict()`、`optimizer.state[p]`、`torch.save(optimizer.state_dict(), path)`）或对由步骤函数推进的调度器任一属性的读取（在步骤之后记录 `scheduler.get_last_lr()`、`scheduler.last_epoch`）、用优化器构造的对象的方法（`policy = WarmupPolicy(optimizer, lr)` 之后的 `policy.step_update(n)`）；以及步骤函数的调用方（沿优化器被传递的调用链向上）在调用之后的上述写入（`fit` 中 `train_step(model, batch, optimizer, scaler)` 之后、或调用它的 `run_epoch(...)` 之后的 `scheduler.step()`；调用传入的模型不是调用方可以等待的名字时以 RPM108 拒绝）',
             "在其前面插入 `model.synchronize()`，使它们像原脚本一样在正在运行的步骤之后执行（`--exact` 下不插入：`model.step` 返回时步骤已经完成）",
         ),
     ),
@@ -55,6 +55,12 @@ RULE = Rule(
             expect=(
                 "            scheduler.step()\n",
                 "        model.synchronize()\n        print(scheduler.get_last_lr())",
+            ),
+        ),
+        Example(
+            'import torch\n\n\ndef train(model, batches, path):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        scheduler.step()\n        optimizer.zero_grad()\n        epoch = scheduler.last_epoch\n        torch.save(optimizer.state_dict(), path)\n',
+            expect=(
+                "        model.synchronize()\n        epoch = scheduler.last_epoch\n        torch.save(optimizer.state_dict(), path)",
             ),
         ),
         Example(
@@ -126,7 +132,7 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
             return is_scheduler(step.rules, owner, at) and multi_step.schedules(step, owner, at, name)
 
         for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
-            if anchors is None or any(_may_run_after(step, statement, anchor) for anchor in anchors):
+            if anchors is None or any(may_run_after(step.facts, statement, anchor) for anchor in anchors):
                 if model_name is None:
                     raise _no_model_handle(statement, anchors)
                 step.rules.plan.synchronize_before.append((statement, model_name))
@@ -143,11 +149,3 @@ def _no_model_handle(statement: cst.CSTNode, anchors: Optional[List[cst.CSTNode]
         "optimizer thread, and the call hands the model as no name this function could wait on "
         "(`model.synchronize()`); use --exact or migrate it by hand",
     )
-
-
-def _may_run_after(step: "StepBuilder", statement: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-    """``statement`` comes after ``anchor`` in source order, or shares a loop with it."""
-    if step.facts.order(statement) > step.facts.order(anchor):
-        return True
-    loops = {id(a) for a in step.facts.ancestors(anchor) if isinstance(a, (cst.For, cst.While))}
-    return any(id(a) in loops for a in step.facts.ancestors(statement))

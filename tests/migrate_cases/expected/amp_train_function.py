@@ -86,7 +86,6 @@ def main():
         print("saved")
         checkpoint = torch.load(path, map_location=device)
         model.model.load_state_dict(checkpoint["model"])
-        model.synchronize()
         optimizer.load_state_dict(checkpoint["optimizer"])
         scaler.load_state_dict(checkpoint["scaler"])
         print("loaded")
