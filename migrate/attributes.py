@@ -26,7 +26,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from .names import ModuleFacts, argument_for
-from .plan import Binding, Blocked
+from .plan import Binding, Blocked, WritePlace
 from .syntax import code, only_assignment, tests_presence
 
 __all__ = [
@@ -442,9 +442,9 @@ def wrapped(template: str, module: cst.BaseExpression) -> cst.Call:
 
 def instance_places(
     family: InstanceFamily, function: Optional[cst.FunctionDef], backward: cst.CSTNode, optimizer: str, model: str
-) -> List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]]:
+) -> List[WritePlace]:
     """Where main-thread writes of an instance's optimizer may race with its running step,
-    as (root, optimizer, model, anchors) for the step builder: the step's method (all of
+    for the step builder: the step's method (all of
     it when no loop of its own holds the step: it runs once per step), and every other
     method but ``__init__``, whenever it is called (anchors None: any statement may)."""
     in_loop = function is not None and any(
@@ -452,10 +452,8 @@ def instance_places(
         for a in family.facts.ancestors(backward)
     )
     own: Optional[List[cst.CSTNode]] = [backward] if in_loop or function is None else None
-    places: List[Tuple[cst.CSTNode, str, str, Optional[List[cst.CSTNode]]]] = [
-        (function or family.facts.module, optimizer, model, own)
-    ]
-    places += [(method, optimizer, model, None) for method in family.methods_besides(function)]
+    places = [WritePlace(function or family.facts.module, optimizer, model, own)]
+    places += [WritePlace(method, optimizer, model, None) for method in family.methods_besides(function)]
     return places
 
 

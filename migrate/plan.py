@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -20,6 +20,19 @@ class Blocked(Exception):
         self.node = node
         self.code = code
         self.message = message
+
+
+class WritePlace(NamedTuple):
+    """Where main-thread writes of an optimizer may race with its running step: code under
+    ``root`` that reads the optimizer as ``optimizer`` (a name, ``self.opt``, a state field)
+    and waits on the model read as ``model`` (None: it has no name for it); a write counts
+    when it may run after one of ``anchors`` (None: any statement may, e.g. a method called
+    at any time)."""
+
+    root: cst.CSTNode
+    optimizer: str
+    model: Optional[str]
+    anchors: Optional[List[cst.CSTNode]]
 
 
 @dataclass

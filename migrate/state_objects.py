@@ -31,7 +31,7 @@ import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .names import ModuleFacts, argument_for
-from .plan import Binding, Blocked
+from .plan import Binding, Blocked, WritePlace
 from .returned import returned_targets
 from .syntax import code, dotted, only_assignment, tests_presence
 
@@ -314,11 +314,11 @@ class StateObjects:
             )
         return f"{holder}[{json.dumps(names[0])}]" if isinstance(build, cst.Dict) else f"{holder}.{names[0]}"
 
-    def places(self, optimizer: str, model: str, at: cst.CSTNode) -> List[Tuple[cst.CSTNode, str, str]]:
+    def places(self, optimizer: str, model: str, at: cst.CSTNode) -> List[WritePlace]:
         """Where code may write the state of the optimizer that ``at`` reads as ``optimizer``
-        (``'state["optim"]'``) while a step of ``model`` runs: (root, how the root reads the
-        optimizer, how it reads the model) for every function or module holding that state
-        object; empty when the optimizer is not read through one."""
+        (``'state["optim"]'``) while a step of ``model`` runs: every function or module
+        holding that state object, with how it reads the optimizer and the model, at any
+        time (no anchors); empty when the optimizer is not read through one."""
         found = self.lookup(optimizer, at)
         reads_model = self.lookup(model, at)
         if found is None or reads_model is None or reads_model[0] is not found[0]:
@@ -330,10 +330,11 @@ class StateObjects:
             return f"{holder}[{json.dumps(name)}]" if isinstance(build, cst.Dict) else f"{holder}.{name}"
 
         return [
-            (
+            WritePlace(
                 self.facts.function_of(scope) or self.facts.module,
                 spelled(name, field_name),
                 spelled(name, reads_model[1]),
+                None,
             )
             for scope, name in flow.holders
         ]

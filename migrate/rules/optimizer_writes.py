@@ -10,7 +10,7 @@ finds the writes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set
 
 import libcst as cst
 import libcst.matchers as m
@@ -21,7 +21,7 @@ from ..aliases import spellings
 from ..attributes import InstanceFamily, instance_places
 from ..optimizer_writes import is_scheduler, may_run_after, optimizer_writes
 from ..origins import INLINE
-from ..plan import Blocked
+from ..plan import Blocked, WritePlace
 from ..step_callers import caller_places
 from ..syntax import code
 from . import Example, Pattern, Rule
@@ -94,9 +94,7 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
     trainers = {trainer} if trainer else set()
-    places: List[Tuple[cst.CSTNode, str, Optional[str], Optional[List[cst.CSTNode]]]] = [
-        (function or facts.module, optimizer, model, [step.backward])
-    ]
+    places = [WritePlace(function or facts.module, optimizer, model, [step.backward])]
     states = step.rules.state_objects
     for built, model_outer in step.builds:
         if isinstance(built.scope, InstanceFamily):
@@ -107,23 +105,23 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
         root: cst.CSTNode = (facts.function_of(scope) if isinstance(scope, Scope) else None) or facts.module
         # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
         calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
-        places.append((root, built.name, model_outer, calls))
+        places.append(WritePlace(root, built.name, model_outer, calls))
     if isinstance(function, cst.FunctionDef) and not step.rules.exact:
         # `fit` calls `train_step(model, batch, optimizer, scaler)`, then steps the scheduler
         callers, chain = caller_places(step.rules, function, optimizer, model)
         trainers |= chain
         for c in callers:
             for name in [c.optimizer, *sorted(spellings(facts, c.optimizer, c.call) - {c.optimizer})]:
-                same = [p[3] for p in places if p[0] is c.root and p[1] == name and p[3] is not None]
+                same = [p.anchors for p in places if p.root is c.root and p.optimizer == name and p.anchors is not None]
                 if same:  # the place that built the optimizer: its writes wait after this call too
                     same[0].append(c.call)
                 else:
-                    places.append((c.root, name, c.model, [c.call]))
+                    places.append(WritePlace(c.root, name, c.model, [c.call]))
     # a state object's optimizer: every function holding the state may write it anytime
-    places += [(root, name, held, None) for root, name, held in states.places(optimizer, model, step.backward)]
+    places += states.places(optimizer, model, step.backward)
     # `opt = optimizer`: writes through an alias bound once in the step's scope
     places += [
-        (function or facts.module, alias, model, [step.backward])
+        WritePlace(function or facts.module, alias, model, [step.backward])
         for alias in sorted(spellings(facts, optimizer, step.backward) - {optimizer})
     ]
     for root, name, model_name, anchors in places:
