@@ -90,7 +90,6 @@ def main():
         # Restore in the documented order: model, optimizer, then amp.
         checkpoint = torch.load(path)
         model.model.load_state_dict(checkpoint["model"])
-        model.synchronize()
         optimizer.load_state_dict(checkpoint["optimizer"])
         roundpipe.compat.load_state_dict(checkpoint["amp"])
         print("loaded")
