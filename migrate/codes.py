@@ -335,8 +335,10 @@ _CODES: Tuple[Code, ...] = (
         "of a loop over its `parameters()`/`named_parameters()`/`modules()`/`children()`: an in-place "
         "method (`model.head.bias.zero_()`, `p.mul_(0.5)`; `requires_grad_` aside), `apply(...)`, "
         "`reset_parameters()`, an assignment to an attribute or subscript (`model.fc.weight.data = ...`), "
-        "an augmented assignment (`p *= 0.5`), or a `torch.nn.init` call on it",
-        "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write",
+        "an augmented assignment (`p *= 0.5`), a `torch.nn.init` call on it, or a cast of its floating-point "
+        "type (`.half()`, `.double()`, `.to(torch.float64)`, `.to(dtype=...)`; a device move alone is not)",
+        "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write "
+        "(in the copies' own type, after a cast)",
         "`nn.init.normal_(model.fc.weight, std=0.01)` right after the optimizer",
         "initialise the weights before the optimizer is built, or migrate by hand",
     ),

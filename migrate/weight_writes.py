@@ -11,7 +11,10 @@ over its ``parameters()``/``named_parameters()``/``modules()``/``named_modules()
   or ``apply(...)``;
 - an assignment or augmented assignment to an attribute or subscript of it (``.data = ...``),
   or an augmented assignment to the loop variable itself (``p *= 0.5``);
-- the chain handed to a ``torch.nn.init`` function.
+- the chain handed to a ``torch.nn.init`` function;
+- a cast of its floating-point type (``.half()``, ``.float()``, ``.double()``,
+  ``.bfloat16()``, ``.type(...)``, ``.to(...)`` given a ``torch`` dtype or ``dtype=``): the
+  copies keep their type, so the model would train in another precision than the original.
 
 ``load_state_dict`` is not such a write: RoundPipe refreshes the copies after it. Statements
 moved into a step function run on the copies' side and are not looked at.
@@ -36,6 +39,8 @@ _INIT = "torch.nn.init."
 _LOOPED = {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"}
 _WRITING_METHODS = {"apply", "reset_parameters"}
 _NOT_WRITES = {"requires_grad_"}
+_CASTS = {"half", "float", "double", "bfloat16", "type"}
+_DTYPES = {"float16", "half", "float32", "float", "float64", "double", "bfloat16", "complex64", "complex128"}
 
 
 def check_weight_write(facts: ModuleFacts, plan: Plan, access: cst.BaseExpression, name: str) -> None:
@@ -90,6 +95,8 @@ def _write_at(facts: ModuleFacts, top: cst.BaseExpression, is_root: bool) -> Opt
         method = top.attr.value
         if method in _WRITING_METHODS or (method.endswith("_") and method not in _NOT_WRITES):
             return parent
+        if method in _CASTS or (method == "to" and _casts_dtype(parent)):
+            return parent
     call = facts.parent(parent) if isinstance(parent, cst.Arg) and parent.value is top else None
     if isinstance(call, cst.Call) and facts.calls_prefix(call, [_INIT]):
         return call
@@ -100,6 +107,18 @@ def _write_at(facts: ModuleFacts, top: cst.BaseExpression, is_root: bool) -> Opt
     if isinstance(parent, cst.AugAssign) and parent.target is top:
         return parent
     return None
+
+
+def _casts_dtype(call: cst.Call) -> bool:
+    """``.to(torch.float64)``, ``.to(device, torch.half)``, ``.to(dtype=...)``: a ``to`` call
+    that changes the floating-point type (a device alone does not)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dtype":
+            return True
+        value = arg.value
+        if arg.keyword is None and isinstance(value, cst.Attribute) and value.attr.value in _DTYPES:
+            return isinstance(value.value, cst.Name) and value.value.value == "torch"
+    return False
 
 
 def _augmented(facts: ModuleFacts, top: cst.BaseExpression) -> bool:

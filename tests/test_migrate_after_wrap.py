@@ -100,6 +100,12 @@ WEIGHT_WRITES = {
         "for m in",
     ),
     "reset-parameters": ("model.head.reset_parameters()", "reset_parameters"),
+    # a cast of the floating-point type: the optimizer's copies keep theirs
+    "cast-half": ("model.half()", "model.half()"),
+    "cast-submodule-double": ("model.head.double()", "model.head.double()"),
+    "cast-to-dtype": ("model.to(torch.float64)", "model.to(torch.float64)"),
+    "cast-to-device-and-dtype": ('model.to("cpu", torch.bfloat16)', "torch.bfloat16"),
+    "cast-to-dtype-keyword": ("model.to(dtype=torch.float16)", "dtype=torch.float16"),
 }
 
 
@@ -135,6 +141,13 @@ def test_weights_written_before_the_optimizer_migrate_with_the_same_numbers(befo
     original = _run(source, tmp_path, "original")
     assert original.count("step ") == 4
     assert _run(result.migrated, tmp_path, "migrated") == original
+
+
+def test_a_device_move_after_the_optimizer_is_not_a_weight_write(tmp_path):
+    source = _program(after='model.to("cpu")')
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert _run(result.migrated, tmp_path, "migrated") == _run(source, tmp_path, "original")
 
 
 def test_freezing_a_parameter_after_the_optimizer_is_not_a_weight_write():
