@@ -121,17 +121,9 @@ def recognise_optimizer_wrapper(wrappers: "ScalerWrappers", node: cst.ClassDef) 
     methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
     if not OPTIMIZER_INTERFACE <= set(methods) or "__call__" in methods:
         return None
-    stored = wrappers._stored_scalers(node)
+    stored = wrappers.claim_torch_scalers(node)
     if not stored:
         return None
-    facts = wrappers.facts
-    migrated = any("roundpipe.GradScaler" in facts.qualified(c.func) for _, c in stored)
-    if not migrated and not any(wrappers._torch_scaler(c) for _, c in stored):
-        return None
-    wrappers._claim_backwards(node)
-    if migrated:
-        return None
-    wrappers.claimed.update(c for _, c in stored)
     return _Recogniser(wrappers, node, methods, stored).run()
 
 
@@ -503,7 +495,7 @@ def order_handed_optimizer_writes(wrappers: "ScalerWrappers", call: cst.Call, mo
             and facts.order(assign) < facts.order(call)
         ):
             continue
-        writes = optimizer_writes(facts, root, target.value, wrappers._is_scheduler, {statement}, set())
+        writes = optimizer_writes(facts, root, target.value, wrappers.is_scheduler, {statement}, set())
         for write in writes:
             if facts.order(write) > facts.order(statement):
                 wrappers.plan.synchronize_before.append((write, model))

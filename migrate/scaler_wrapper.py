@@ -170,16 +170,9 @@ class ScalerWrappers:
         and defines ``__call__`` but is not of the recognised shape."""
         methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
         call = methods.get("__call__")
-        stored = self._stored_scalers(node) if call is not None else []
+        stored = self.claim_torch_scalers(node) if call is not None else []
         if call is None or not stored:
             return None
-        migrated = any("roundpipe.GradScaler" in self.facts.qualified(c.func) for _, c in stored)
-        if not migrated and not any(self._torch_scaler(c) for _, c in stored):
-            return None
-        self._claim_backwards(node)
-        if migrated:
-            return None
-        self.claimed.update(c for _, c in stored)
         attributes = {a for a, _ in stored}
         init = methods.get("__init__")
         if len(attributes) != 1 or init is None or not all(self.facts.within(c, init) for _, c in stored):
@@ -193,6 +186,22 @@ class ScalerWrappers:
         wrapper = self._recognise_call(node, scaler, tuple(c for _, c in stored), init, call)
         self._check_other_methods(node, scaler, wrapper)
         return wrapper
+
+    def claim_torch_scalers(self, node: cst.ClassDef) -> List[Tuple[str, cst.Call]]:
+        """The ``(attribute, torch GradScaler call)`` pairs the wrapper class ``node`` stores
+        on ``self``, claimed for it together with its backwards; empty when it stores no
+        scaler, or RoundPipe's (already migrated: its backwards are claimed all the same)."""
+        stored = self._stored_scalers(node)
+        if not stored:
+            return []
+        migrated = any("roundpipe.GradScaler" in self.facts.qualified(c.func) for _, c in stored)
+        if not migrated and not any(self._torch_scaler(c) for _, c in stored):
+            return []
+        self._claim_backwards(node)
+        if migrated:
+            return []
+        self.claimed.update(c for _, c in stored)
+        return stored
 
     def _stored_scalers(self, node: cst.ClassDef) -> List[Tuple[str, cst.Call]]:
         """``(attribute, GradScaler call)`` for each ``self.<attribute> = <GradScaler>(...)``
@@ -646,7 +655,7 @@ class ScalerWrappers:
         when the backward is done, never between a forward and its backward."""
         root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
         skipped: Set[cst.CSTNode] = {site}
-        if not optimizer_writes(self.facts, root, optimizer, self._is_scheduler, skipped, set()):
+        if not optimizer_writes(self.facts, root, optimizer, self.is_scheduler, skipped, set()):
             return
         block = self.facts.parent(site)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -660,7 +669,7 @@ class ScalerWrappers:
             )
         )
 
-    def _is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
+    def is_scheduler(self, name: str, at: cst.CSTNode) -> bool:
         """:func:`~migrate.optimizer_writes.is_scheduler`; a name this file does not bind
         (a global of another module) is judged by its name."""
         return is_scheduler(self.rules, name, at, unbound=True)
