@@ -23,6 +23,7 @@ import libcst.matchers as m
 
 from .attributes import InstanceFamily, wrapped
 from .inherited_init import ForwardBlocked, forwarding_reads, handed_arguments
+from .origins import constructor_parameter, origins
 from .plan import Binding, Blocked, Plan
 from .syntax import code, only_expression
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = [
     "attribute_fed",
     "constructed_init",
-    "constructor_parameter",
     "handed_model",
     "note_handed",
     "plan_handed_wrap",
@@ -49,23 +49,6 @@ _PARALLEL = {
     "torch.nn.parallel.data_parallel.DataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
 }
-
-
-def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
-    """(``__init__``, the parameter) when ``binding`` (an instance attribute's) is
-    ``self.x = param`` in ``__init__`` with ``param`` one of its parameters; else None."""
-    value, statement = binding.value, binding.statement
-    if not isinstance(binding.scope, InstanceFamily) or not isinstance(value, cst.Name) or statement is None:
-        return None
-    method = binding.scope.method_of(statement)
-    scope = facts.scope(value)
-    assignments = list(scope[value.value]) if scope is not None else []
-    if method is None or method.name.value != "__init__" or len(assignments) != 1:
-        return None
-    param = getattr(assignments[0], "node", None)
-    if not isinstance(param, cst.Param) or param not in method.params.params:
-        return None
-    return method, value.value
 
 
 def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
@@ -128,8 +111,6 @@ def attribute_fed(
     handed what ``name`` of ``scope`` holds at every construction, with the ``__init__``
     that binds it; None when none is. Raises the first :class:`ForwardBlocked` met when
     none is: a subclass's ``super().__init__(...)`` that may hand the base that object."""
-    from .origins import origins
-
     facts = rules.facts
     method = None
     for ancestor in facts.ancestors(at):

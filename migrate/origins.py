@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
-from .handed_in import constructor_parameter
+from .attributes import InstanceFamily
 from .inherited_init import handed_arguments
 from .method_calls import method_call_sites
 from .names import argument_for
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
-__all__ = ["origins", "exclusive", "parameters_fed", "INLINE"]
+__all__ = ["origins", "constructor_parameter", "exclusive", "parameters_fed", "INLINE"]
 
 #: the name of an origin that is a call written in an argument: it binds no name
 INLINE = ""
@@ -60,6 +60,23 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     skipped = 0 if method_sites is None else 1
     passed = [(site, argument_for(site, function, name, skipped)) for site in sites]
     return _passed(rules, name, passed, depth)
+
+
+def constructor_parameter(facts: "ModuleFacts", binding: Binding) -> Optional[Tuple[cst.FunctionDef, str]]:
+    """(``__init__``, the parameter) when ``binding`` (an instance attribute's) is
+    ``self.x = param`` in ``__init__`` with ``param`` one of its parameters; else None."""
+    value, statement = binding.value, binding.statement
+    if not isinstance(binding.scope, InstanceFamily) or not isinstance(value, cst.Name) or statement is None:
+        return None
+    method = binding.scope.method_of(statement)
+    scope = facts.scope(value)
+    assignments = list(scope[value.value]) if scope is not None else []
+    if method is None or method.name.value != "__init__" or len(assignments) != 1:
+        return None
+    param = getattr(assignments[0], "node", None)
+    if not isinstance(param, cst.Param) or param not in method.params.params:
+        return None
+    return method, value.value
 
 
 def _through_constructions(
