@@ -38,11 +38,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from .edits import carry_comments
+from .plan import Blocked
 from .step_values import branches, classify_value_statement
-from .syntax import code, method_call, names_in, only_expression, written_and_read
+from .syntax import code, dotted, method_call, names_in, names_outside, only_expression, written_and_read
 
 if TYPE_CHECKING:
-    from .steps import StepBuilder
+    from .steps import StepBuilder, StepGroup
 
 __all__ = [
     "Blocker",
@@ -52,6 +53,7 @@ __all__ = [
     "main_thread_work",
     "measured_before",
     "plan_branch_updates",
+    "refuse_step_chosen_by_a_measure",
 ]
 
 #: kinds of step statements a decided ``if`` may hold at the top of its branches
@@ -284,3 +286,49 @@ def main_thread_work(builder: "StepBuilder", group: Sequence[cst.BaseStatement])
         if builder.classify(statement) == "decided" and isinstance(statement, cst.If):
             found += [s for part in branches(statement) for s in part if builder.classify(s) not in _OPTIMIZER_KINDS]
     return found
+
+
+def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") -> None:
+    """Raise :class:`Blocked` for a gradient norm measured after ``scaler.update()`` (RPM134),
+    and for an ``if`` right after the step statements whose test reads a norm they measure
+    and which cannot move into the step function with them (``if not torch.isfinite(norm):
+    continue``; an ``if`` that can move is one of the step statements,
+    the module docstring), naming the statement that blocks (RPM135). An ``if`` after the
+    step that does not use the scaler reads the norm on the main thread and is not refused."""
+    kinds = [builder.classify(s) for s in found.statements]
+    if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
+        raise Blocked(
+            found.statements[kinds.index("measure", kinds.index("update"))],
+            "RPM134",
+            "a gradient norm measured after scaler.update(): in RoundPipe the gradients are the "
+            "optimizer copies' by then and the scale the step used is gone; measure it before "
+            "scaler.step(), or migrate by hand",
+        )
+    statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []
+    measured = {
+        n for s, kind in builder.with_kinds(list(found.statements)) if kind == "measure" for n in written_and_read(s)[0]
+    }
+    if not measured or found.end >= len(statements):
+        return
+    following = statements[found.end]
+    if not isinstance(following, cst.If):
+        return
+    decided_by = sorted(measured & set(names_outside(builder.facts, following.test, set())))
+    if not decided_by:
+        return
+    if "step" in decision_kinds(builder, found.statements):  # after the step: reads the norm, unless it steps again
+        again = m.Call(func=m.Attribute(attr=m.Name("step") | m.Name("update")))
+        calls = [c for c in m.findall(following, again) if dotted(c.func.value) == builder.scaler]  # type: ignore[attr-defined]
+        blocker = Blocker(calls[0], f"`{code(calls[0])}` again") if calls else None
+    else:
+        blocker = decision_blocker(builder, following)
+    if blocker is None:
+        return
+    raise Blocked(
+        blocker.node,
+        "RPM135",
+        f"the optimizer step is chosen by `{code(following.test)}`, which reads "
+        f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
+        "that value exists only inside the step function, where this `if` would have to move, "
+        f"but it holds {blocker.reason}; migrate this step by hand",
+    )

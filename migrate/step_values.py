@@ -22,11 +22,10 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
-from .plan import Blocked
-from .syntax import PARAMETERS_CALL, code, dotted, method_call, names_outside, only_assignment, written_and_read
+from .syntax import PARAMETERS_CALL, method_call, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
-    from .steps import StepBuilder, StepGroup
+    from .steps import StepBuilder
 
 __all__ = [
     "GUARDABLE",
@@ -35,7 +34,6 @@ __all__ = [
     "classify_value_statement",
     "escaping_values",
     "on_copies",
-    "refuse_step_chosen_by_a_measure",
 ]
 
 #: step statements an ``if`` (with or without ``else``) may hold alone
@@ -147,51 +145,3 @@ def _bound(statement: cst.BaseStatement) -> Set[str]:
 
 def _under(facts, node: object, statements: set) -> bool:
     return isinstance(node, cst.CSTNode) and any(a in statements for a in [node, *facts.ancestors(node)])
-
-
-def refuse_step_chosen_by_a_measure(builder: "StepBuilder", found: "StepGroup") -> None:
-    """Raise :class:`Blocked` for a gradient norm measured after ``scaler.update()`` (RPM134),
-    and for an ``if`` right after the step statements whose test reads a norm they measure
-    and which cannot move into the step function with them (``if not torch.isfinite(norm):
-    continue``; an ``if`` that can move is one of the step statements,
-    :mod:`migrate.step_decisions`), naming the statement that blocks (RPM135). An ``if`` after the
-    step that does not use the scaler reads the norm on the main thread and is not refused."""
-    from .step_decisions import Blocker, decision_blocker, decision_kinds
-
-    kinds = [builder.classify(s) for s in found.statements]
-    if "update" in kinds and "measure" in kinds[kinds.index("update") :]:
-        raise Blocked(
-            found.statements[kinds.index("measure", kinds.index("update"))],
-            "RPM134",
-            "a gradient norm measured after scaler.update(): in RoundPipe the gradients are the "
-            "optimizer copies' by then and the scale the step used is gone; measure it before "
-            "scaler.step(), or migrate by hand",
-        )
-    statements = list(found.block.body) if isinstance(found.block, (cst.IndentedBlock, cst.Module)) else []
-    measured = {
-        n for s, kind in builder.with_kinds(list(found.statements)) if kind == "measure" for n in written_and_read(s)[0]
-    }
-    if not measured or found.end >= len(statements):
-        return
-    following = statements[found.end]
-    if not isinstance(following, cst.If):
-        return
-    decided_by = sorted(measured & set(names_outside(builder.facts, following.test, set())))
-    if not decided_by:
-        return
-    if "step" in decision_kinds(builder, found.statements):  # after the step: reads the norm, unless it steps again
-        again = m.Call(func=m.Attribute(attr=m.Name("step") | m.Name("update")))
-        calls = [c for c in m.findall(following, again) if dotted(c.func.value) == builder.scaler]  # type: ignore[attr-defined]
-        blocker = Blocker(calls[0], f"`{code(calls[0])}` again") if calls else None
-    else:
-        blocker = decision_blocker(builder, following)
-    if blocker is None:
-        return
-    raise Blocked(
-        blocker.node,
-        "RPM135",
-        f"the optimizer step is chosen by `{code(following.test)}`, which reads "
-        f"{', '.join(decided_by)} measured from the gradients after the backward; in RoundPipe "
-        "that value exists only inside the step function, where this `if` would have to move, "
-        f"but it holds {blocker.reason}; migrate this step by hand",
-    )

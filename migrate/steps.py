@@ -27,9 +27,9 @@ from .rules.autograd_form import plan_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.optimizer_writes import order_optimizer_writes
 from .rules.step_function import StepBody, StepGroup
+from .step_decisions import refuse_step_chosen_by_a_measure
 from .step_values import (
     branches,
-    refuse_step_chosen_by_a_measure,
 )
 from .syntax import (
     dotted,

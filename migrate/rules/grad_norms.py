@@ -60,7 +60,7 @@ RULE = Rule(
         "and norms read after the step"
     ),
     codes=("RPM134", "RPM135"),
-    implemented_in=("step_values.py", "rules/step_function.py"),
+    implemented_in=("step_values.py", "step_decisions.py", "rules/step_function.py"),
     patterns=(
         Pattern(
             "`norm = clip_grad_norm_(model.parameters(), c)` or `norm = helper(model.parameters())` "
