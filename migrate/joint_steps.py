@@ -29,6 +29,7 @@ import libcst as cst
 from .multi_step import schedules, unsupported_group
 from .plan import Binding, Blocked
 from .syntax import names_in, only_expression
+from .two_path import other_branch
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -43,7 +44,6 @@ def steps_several(step: "StepBuilder", found: "StepGroup") -> bool:
 
 def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
     """Plan one step function per optimizer of ``found`` (see the module docstring)."""
-    from .plain_path import other_branch  # plain_path builds on steps, which imports this module
     from .steps import StepGroup
 
     group = list(found.statements)

@@ -35,6 +35,7 @@ from .origins import exclusive
 from .plan import Blocked
 from .reached_models import zeroed_in_place_key
 from .syntax import code, names_in, only_expression
+from .two_path import other_branch
 
 if TYPE_CHECKING:
     from .steps import StepBuilder, StepGroup
@@ -72,7 +73,6 @@ def feeds_later_backward(step: "StepBuilder") -> bool:
     on the real batch, one on the fakes, then one step): this backward only accumulates
     gradients for the step after that one, and stays as written (autograd form). Planned:
     nothing but the report line; the later backward's step is planned on its own."""
-    from .plain_path import other_branch  # plain_path builds on steps, which imports this module
 
     if not step.autograd_form or other_branch(step):
         return False

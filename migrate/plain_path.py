@@ -16,7 +16,7 @@ of optimizer state does).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Type
+from typing import TYPE_CHECKING, Optional, Type
 
 import libcst as cst
 import libcst.matchers as m
@@ -26,11 +26,12 @@ from .rules import step_function
 from .rules.optimizer_writes import order_optimizer_writes
 from .steps import StepBuilder
 from .syntax import method_call, only_expression
+from .two_path import other_branch
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["PLAIN_BACKWARD", "PlainStepBuilder", "other_branch", "plan_plain_path"]
+__all__ = ["PLAIN_BACKWARD", "PlainStepBuilder", "plan_plain_path"]
 
 #: ``loss.backward()``: the backward of a plain path.
 PLAIN_BACKWARD = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("backward")), args=[])
@@ -99,15 +100,3 @@ def plan_plain_path(
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
     builder(amp_step.rules, backwards[0], call.func.value, amp_step).plan()  # type: ignore[arg-type]
     return True
-
-
-def other_branch(step: StepBuilder) -> List[cst.BaseStatement]:
-    """The statements of the other branch of the ``if``/``else`` whose body or ``else``
-    holds the step's backward (none when there is no such ``if``): the plain path of a
-    two-path step, which the step's own rules must leave to :func:`plan_plain_path`."""
-    owner = step.facts.parent(step.block)
-    statement = step.facts.parent(owner) if isinstance(owner, cst.Else) else owner
-    if not isinstance(statement, cst.If) or not isinstance(statement.orelse, cst.Else):
-        return []
-    other = statement.orelse.body if statement.body is step.block else statement.body
-    return list(other.body) if isinstance(other, cst.IndentedBlock) else []

@@ -50,7 +50,7 @@ RULE = Rule(
     order=55,
     description="optional AMP (a scaler that may be None) and a plain branch beside the AMP one migrate together",
     codes=("RPM136",),
-    implemented_in=("plain_path.py", "torch_amp.py"),
+    implemented_in=("plain_path.py", "two_path.py", "torch_amp.py"),
     patterns=(
         Pattern(
             "`scaler = GradScaler(...) if amp else None`, `if scaler is not None:` / `if scaler:` guards",
