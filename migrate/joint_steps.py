@@ -28,24 +28,23 @@ import libcst as cst
 
 from .multi_step import schedules, unsupported_group
 from .plan import Binding, Blocked
+from .recognised import StepGroup
 from .syntax import names_in, only_expression
 from .two_path import other_branch
 
 if TYPE_CHECKING:
-    from .steps import StepBuilder, StepGroup
+    from .steps import StepBuilder
 
 __all__ = ["plan_joint_steps", "steps_several"]
 
 
-def steps_several(step: "StepBuilder", found: "StepGroup") -> bool:
+def steps_several(step: "StepBuilder", found: StepGroup) -> bool:
     """The group calls ``scaler.step`` more than once (one per optimizer, presumably)."""
     return step.autograd_form and [step.classify(s) for s in found.statements].count("step") > 1
 
 
-def plan_joint_steps(step: "StepBuilder", found: "StepGroup") -> None:
+def plan_joint_steps(step: "StepBuilder", found: StepGroup) -> None:
     """Plan one step function per optimizer of ``found`` (see the module docstring)."""
-    from .steps import StepGroup
-
     group = list(found.statements)
     kinds = [step.classify(s) for s in group]
     optimizers = _stepped_optimizers(group, kinds)

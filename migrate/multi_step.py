@@ -34,11 +34,12 @@ import libcst.matchers as m
 from .origins import exclusive
 from .plan import Blocked
 from .reached_models import zeroed_in_place_key
+from .recognised import StepGroup
 from .syntax import code, names_in, only_expression
 from .two_path import other_branch
 
 if TYPE_CHECKING:
-    from .steps import StepBuilder, StepGroup
+    from .steps import StepBuilder
 
 __all__ = [
     "check_fusable",
@@ -124,11 +125,9 @@ def keeps_zero_grad_in_place(step: "StepBuilder") -> bool:
     return step.autograd_form and other_backward(step) is not None
 
 
-def own_statements(step: "StepBuilder", found: "StepGroup", optimizer: str, model: str) -> "StepGroup":
+def own_statements(step: "StepBuilder", found: StepGroup, optimizer: str, model: str) -> StepGroup:
     """``found`` up to the first statement that zeroes another network or steps a scheduler
     built on another optimizer: what follows stays on the main thread, in its place."""
-    from .steps import StepGroup
-
     for position, statement in enumerate(found.statements):
         if not _foreign(step, statement, optimizer, model):
             continue

@@ -22,11 +22,12 @@ from .aliases import spellings
 from .edits import drop_keeping_comments
 from .optimizer_writes import is_scheduler
 from .plan import Binding, Blocked
+from .recognised import StepGroup
 from .rules import loss_function, model_wrap, step_function
 from .rules.autograd_form import plan_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.optimizer_writes import order_optimizer_writes
-from .rules.step_function import StepBody, StepGroup
+from .rules.step_function import StepBody
 from .step_decisions import refuse_step_chosen_by_a_measure
 from .step_values import (
     branches,

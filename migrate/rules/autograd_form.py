@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..plan import Blocked
+from ..recognised import StepGroup
 from . import Example, Pattern, Rule
 from .optimizer_writes import order_optimizer_writes
-from .step_function import StepGroup, plan_step_group, require_every_iteration
+from .step_function import plan_step_group, require_every_iteration
 
 if TYPE_CHECKING:
     from ..steps import StepBuilder

@@ -1,9 +1,9 @@
 """Rule step_function: the optimizer statements move, in order, into a step function for model.step.
 
 The rule finds the step group after the backward (:func:`find_step_group`, a frozen
-:class:`StepGroup`), moves the ``zero_grad()`` calls before the backward to the step's end
-(:func:`zero_grads_to_move`) and emits ``_step_fn`` with ``model.step`` and the main-thread
-``scaler.update()`` (:func:`plan_step_group`). It works for a
+:class:`~migrate.recognised.StepGroup`), moves the ``zero_grad()`` calls before the
+backward to the step's end (:func:`zero_grads_to_move`) and emits ``_step_fn`` with
+``model.step`` and the main-thread ``scaler.update()`` (:func:`plan_step_group`). It works for a
 :class:`~migrate.steps.StepBuilder` (``step``): the recognised step, its shape hooks
 (``classify``, ``step_body``, ``holds_model``, ``shape_edits``) and the shared context
 ``step.rules`` (bindings, the plan, options).
@@ -11,7 +11,6 @@ The rule finds the step group after the backward (:func:`find_step_group`, a fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import libcst as cst
@@ -22,6 +21,7 @@ from ..ddp_guard import is_sync_context
 from ..edits import drop_keeping_comments
 from ..names import CLIP_FUNCTIONS
 from ..plan import Blocked
+from ..recognised import StepGroup
 from ..step_values import GUARDABLE, classify_value_statement, escaping_values, on_copies
 from ..syntax import calls_method, code, dotted, method_call, only_expression
 from . import Example, Pattern, Rule
@@ -35,7 +35,6 @@ __all__ = [
     "StepBody",
     "classify_statement",
     "optimizer_of",
-    "StepGroup",
     "find_step_group",
     "group_edits",
     "plan_step_group",
@@ -390,16 +389,3 @@ def _clip_on_copies(step: "StepBuilder", statement: cst.BaseStatement, model: st
             step.rules.plan.edits.replace_expression(
                 parameters.func, lambda updated: updated.with_changes(attr=cst.Name("optim_parameters"))
             )
-
-
-@dataclass(frozen=True)
-class StepGroup:
-    """The optimizer statements of a recognised step: ``statements`` are
-    ``block.body[start:end]``; ``condition`` is the ``if`` around them (gradient
-    accumulation), else None."""
-
-    block: cst.CSTNode
-    start: int
-    end: int
-    statements: Tuple[cst.BaseStatement, ...]
-    condition: Optional[cst.If]
