@@ -25,6 +25,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 from libcst.metadata import Assignment
 
+from .lazy_attributes import lazy_binding
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, WritePlace
 from .syntax import code, only_assignment, tests_presence
@@ -117,7 +118,7 @@ class InstanceFamily:
         writes = [node for node in uses if _is_target(self.facts, node)]
         if not writes:
             raise Blocked(uses[0] if uses else self.classes[0], _CODE, f"self.{attr} is never bound in {self.name}")
-        lazy = _lazy_binding(self, writes) if len(writes) == 2 else None  # `if self.x is None: self.x = ...`
+        lazy = lazy_binding(self, writes) if len(writes) == 2 else None  # `if self.x is None: self.x = ...`
         skipped = [w for w in writes if w is not lazy] if lazy is not None else []
         writes = [lazy] if lazy is not None else writes
         statement = self.facts.statement_of(writes[0])
@@ -357,12 +358,6 @@ class InstanceAttributes:
         if isinstance(base, cst.Name) and base.value == "object":
             return True
         return bool(names) and all(name.startswith(_LIBRARY_BASES) for name in names)
-
-
-def _lazy_binding(family: InstanceFamily, writes: List[cst.Attribute]) -> Optional[cst.Attribute]:
-    from .lazy_attributes import lazy_binding  # it reads constructions, which need the family
-
-    return lazy_binding(family, writes)
 
 
 def check_wrap(family: InstanceFamily, model: str, optimizer: Binding) -> None:
