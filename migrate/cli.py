@@ -354,7 +354,7 @@ def migrate_all(
     tasks = [Task(job.path, item.text, chosen) for (job, item), chosen in zip(present, look)]
     worker = functools.partial(process, engine=engine, exact=exact, apex_target=apex_target)
     if processes > 1 and sum(task.look for task in tasks) > 1:
-        from .pool import run_in_workers
+        from .pool import run_in_workers  # on use, not at start-up: --help stays fast (issue 14)
 
         if engine is real_engine:  # forked workers inherit it, not each importing it
             from . import engine as _  # noqa: F401
@@ -385,7 +385,7 @@ def _reconcile(looked_at: Sequence[Task], results: Dict[str, FileResult], exact:
     they change the result objects in place."""
     if len(looked_at) < 2:
         return
-    from .project import project_view, reconcile
+    from .project import project_view, reconcile  # on use, not at start-up: --help stays fast (issue 14)
 
     files = project_view({task.path: task.text for task in looked_at})
     reconcile(files, {path: results[path] for path in files}, exact, apex_target)

@@ -1,5 +1,6 @@
-"""The structure of the codemod cannot silently rot: every module of ``migrate`` imports on
-its own (no import cycle at module level, whatever is imported first), and every rule of
+"""The structure of the codemod cannot silently rot: the modules of ``migrate`` import each
+other without a cycle (counting the imports inside functions, which would otherwise only
+hide one), every module imports on its own whatever is imported first, and every rule of
 ``migrate/rules/`` names the modules that hold its code, its own module first when the
 rewrite lives there."""
 
@@ -7,6 +8,7 @@ import ast
 import pathlib
 import subprocess
 import sys
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import pytest
 
@@ -24,49 +26,103 @@ def _module_path(module: str) -> pathlib.Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def _is_type_checking(node: ast.stmt) -> bool:
+#: modules whose imports inside functions defer loading for start-up time, not to break a
+#: cycle: the command line keeps ``--help`` fast (issue 14) by importing the engine, the worker
+#: pool and the project view only when a run needs them
+_DEFERRED_FOR_START_UP = frozenset({"migrate.cli"})
+
+
+def _is_type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def _runtime_imports(module: str) -> set:
-    """The migrate modules ``module`` imports when it is loaded (its top-level imports,
-    not those under ``if TYPE_CHECKING:`` nor inside functions)."""
-    path = _module_path(module)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for node in ast.parse(path.read_text()).body:
+def _imports_of(nodes: Iterable[ast.AST], in_function: bool = False) -> Iterator[Tuple[ast.stmt, bool]]:
+    """Every import statement in ``nodes`` with whether it runs inside a function, leaving out
+    those under ``if TYPE_CHECKING:`` (which never run)."""
+    for node in nodes:
+        if _is_type_checking(node):
+            assert isinstance(node, ast.If)
+            yield from _imports_of(node.orelse, in_function)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, in_function
+        inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        yield from _imports_of(ast.iter_child_nodes(node), inner)
+
+
+def _runtime_imports(module: str, source: str) -> Dict[str, int]:
+    """The migrate modules ``module`` (of text ``source``) imports when it runs, each with the
+    line of its first import: at the top level and inside functions alike, not under
+    ``if TYPE_CHECKING:``, nor those a module of :data:`_DEFERRED_FOR_START_UP` makes inside
+    its functions."""
+    is_package = _module_path(module).name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found: Dict[str, int] = {}
+    for node, in_function in _imports_of(ast.parse(source).body):
+        if in_function and module in _DEFERRED_FOR_START_UP:
+            continue
+        targets = set()
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
             target = f"{base}.{node.module}" if node.module else base
-            found.add(target)
-            found |= {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES}
+            targets.add(target)
+            targets |= {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES}
         elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("migrate")}
+            targets |= {alias.name for alias in node.names if alias.name.startswith("migrate")}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("migrate"):
-            found.add(node.module)
-    parents = {target.rpartition(".")[0] for target in found if target.count(".") > 1}
-    return {target for target in found | parents if target in MODULES and target != module}
+            targets.add(node.module or "")
+        targets |= {target.rpartition(".")[0] for target in targets if target.count(".") > 1}
+        for target in sorted(targets):
+            if target in MODULES and target != module:
+                found.setdefault(target, node.lineno)
+    return found
+
+
+def _import_cycle(graph: Dict[str, Dict[str, int]]) -> Optional[str]:
+    """A cycle of ``graph`` (module -> {imported module: line}), spelled with the line of each
+    import (``a -> (line 3) b -> (line 40) a``); None when it is acyclic."""
+    done: Set[str] = set()
+    path: List[str] = []
+
+    def visit(module: str) -> Optional[str]:
+        if module in path:
+            cycle = path[path.index(module) :] + [module]
+            steps = [f"{a} -> (line {graph[a][b]}) " for a, b in zip(cycle, cycle[1:])]
+            return "".join(steps) + module
+        if module in done:
+            return None
+        path.append(module)
+        for target in sorted(graph[module]):
+            cycle = visit(target)
+            if cycle is not None:
+                return cycle
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        cycle = visit(module)
+        if cycle is not None:
+            return cycle
+    return None
 
 
 def test_migrate_modules_import_without_cycles():
-    graph = {module: _runtime_imports(module) for module in MODULES}
-    done, path = set(), []
+    graph = {module: _runtime_imports(module, _module_path(module).read_text()) for module in MODULES}
+    cycle = _import_cycle(graph)
+    assert cycle is None, f"import cycle between migrate modules (imports inside functions count): {cycle}"
+    assert set(graph["migrate.steps"]) >= {"migrate.rules.loss_function", "migrate.rules.step_function"}
 
-    def visit(module: str) -> None:
-        if module in path:
-            cycle = path[path.index(module) :] + [module]
-            pytest.fail("import cycle: " + " -> ".join(cycle))
-        if module in done:
-            return
-        path.append(module)
-        for target in sorted(graph[module]):
-            visit(target)
-        path.pop()
-        done.add(module)
 
-    for module in MODULES:
-        visit(module)
-    assert graph["migrate.steps"] >= {"migrate.rules.loss_function", "migrate.rules.step_function"}  # not vacuous
+def test_the_cycle_check_counts_imports_inside_functions_only_where_they_run():
+    inner = "from .plan import Blocked\n\ndef f():\n    from .steps import StepBuilder\n"
+    checked = "if TYPE_CHECKING:\n    from .plan import Plan\nelse:\n    from . import syntax\n"
+    assert _runtime_imports("migrate.origins", inner) == {"migrate.plan": 1, "migrate.steps": 4}
+    assert _runtime_imports("migrate.origins", checked) == {"migrate": 4, "migrate.syntax": 4}
+    assert _runtime_imports("migrate.cli", inner) == {"migrate.plan": 1}  # deferred for start-up
+    graph = {"migrate.origins": {"migrate.steps": 4}, "migrate.steps": {"migrate.origins": 9}}
+    assert _import_cycle(graph) == "migrate.origins -> (line 4) migrate.steps -> (line 9) migrate.origins"
+    assert _import_cycle({"migrate.origins": {"migrate.steps": 4}, "migrate.steps": {}}) is None
 
 
 _FRESH_IMPORTS = """
