@@ -26,6 +26,7 @@ the one optimizer thread (docs/gradscaler.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, List, Optional, Set
 
 import libcst as cst
@@ -34,7 +35,7 @@ import libcst.matchers as m
 from .origins import exclusive
 from .plan import Blocked
 from .reached_models import zeroed_in_place_key
-from .recognised import StepGroup
+from .recognised import RecognisedStep, StepGroup
 from .syntax import code, names_in, only_expression
 from .two_path import other_branch
 
@@ -125,9 +126,11 @@ def keeps_zero_grad_in_place(step: "StepBuilder") -> bool:
     return step.autograd_form and other_backward(step) is not None
 
 
-def own_statements(step: "StepBuilder", found: StepGroup, optimizer: str, model: str) -> StepGroup:
-    """``found`` up to the first statement that zeroes another network or steps a scheduler
-    built on another optimizer: what follows stays on the main thread, in its place."""
+def own_statements(step: "StepBuilder", recognised: RecognisedStep) -> RecognisedStep:
+    """``recognised`` with its group up to the first statement that zeroes another network or
+    steps a scheduler built on another optimizer: what follows stays on the main thread, in
+    its place."""
+    found, optimizer, model = recognised.group, recognised.optimizer, recognised.model
     for position, statement in enumerate(found.statements):
         if not _foreign(step, statement, optimizer, model):
             continue
@@ -140,8 +143,10 @@ def own_statements(step: "StepBuilder", found: StepGroup, optimizer: str, model:
                 f"{optimizer!r}; the step cannot move into one step function; not migrated",
             )
         kept = found.statements[:position]
-        return StepGroup(found.block, found.start, found.start + position, kept, found.condition)
-    return found
+        return replace(
+            recognised, group=StepGroup(found.block, found.start, found.start + position, kept, found.condition)
+        )
+    return recognised
 
 
 def _foreign(step: "StepBuilder", statement: cst.BaseStatement, optimizer: str, model: str) -> bool:

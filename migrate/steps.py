@@ -22,7 +22,7 @@ from .aliases import spellings
 from .edits import drop_keeping_comments
 from .optimizer_writes import is_scheduler
 from .plan import Binding, Blocked
-from .recognised import StepGroup
+from .recognised import RecognisedStep, StepGroup
 from .rules import loss_function, model_wrap, step_function
 from .rules.autograd_form import plan_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
@@ -99,7 +99,8 @@ class StepBuilder:
         group = list(found.statements)
         optimizer = self.optimizer_of(group)
         model = self.model_for(optimizer)
-        found = multi_step.own_statements(self, found, optimizer, model)
+        recognised = multi_step.own_statements(self, RecognisedStep(found, optimizer, model))
+        found = recognised.group
         group = list(found.statements)
         self.trained = (optimizer, model)
         self.rules.plan.trained_models[self.backward] = model
