@@ -28,7 +28,7 @@ import libcst as cst
 
 from .multi_step import schedules, unsupported_group
 from .plan import Binding, Blocked
-from .recognised import StepGroup
+from .recognised import RecognisedStep, StepGroup
 from .syntax import names_in, only_expression
 from .two_path import other_branch
 
@@ -78,7 +78,7 @@ def plan_joint_steps(step: "StepBuilder", found: StepGroup) -> None:
             tuple(group[start - found.start : start - found.start + count]),
             found.condition,
         )
-        step.plan_autograd_form(segment, optimizer, model, reason)
+        step.plan_autograd_form(RecognisedStep(segment, optimizer, model), reason)
         start += count
     step.trained = (optimizers[-1], trained[optimizers[-1]][0])
 

@@ -42,6 +42,7 @@ from .split_step import refuse_zero_grad_outside
 from .syntax import code, method_call
 
 if TYPE_CHECKING:
+    from .recognised import RecognisedStep
     from .steps import StepBuilder, StepGroup
 
 __all__ = ["detached_function_group", "plan_detached_function"]
@@ -103,10 +104,11 @@ def _stepping(
     return found
 
 
-def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: str, model: str) -> bool:
-    """Plan ``found`` as the autograd form of a step split over two top-level functions
-    (True); False when the group is in the backward's own function or not in a top-level
+def plan_detached_function(step: "StepBuilder", recognised: "RecognisedStep") -> bool:
+    """Plan ``recognised`` as the autograd form of a step split over two top-level functions
+    (True); False when its group is in the backward's own function or not in a top-level
     one. Raises :class:`Blocked` (RPM106) for what would make the split step unsound."""
+    found, optimizer, model = recognised.group, recognised.optimizer, recognised.model
     function = _top_level_function(step, found.block)
     backward_function = _top_level_function(step, step.backward)
     if function is None or backward_function is None or function is backward_function:
@@ -125,7 +127,7 @@ def plan_detached_function(step: "StepBuilder", found: "StepGroup", optimizer: s
     if not step.rules.exact:
         _refuse_optimizer_writes(step, function, backward_function, found, optimizer)
     unfused = Blocked(step.backward, _CODE, f"the optimizer step is in another function ({where})")
-    step.plan_autograd_form(found, optimizer, model, unfused)
+    step.plan_autograd_form(recognised, unfused)
     return True
 
 

@@ -29,6 +29,7 @@ from .plan import Blocked
 from .syntax import calls_method, code, only_expression
 
 if TYPE_CHECKING:
+    from .recognised import RecognisedStep
     from .steps import StepBuilder, StepGroup
     from .torch_amp import TorchAmpRules
 
@@ -63,10 +64,11 @@ def planned_already(step: "StepBuilder", found: "StepGroup") -> bool:
     return True
 
 
-def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model: str) -> bool:
-    """Plan ``found`` as the autograd form of a split step when it is not in the backward's
-    method (True); False for an ordinary step. Raises :class:`Blocked` (RPM106) for a
-    ``zero_grad`` of the optimizer or the model outside the group."""
+def plan_detached(step: "StepBuilder", recognised: "RecognisedStep") -> bool:
+    """Plan ``recognised`` as the autograd form of a split step when its group is not in the
+    backward's method (True); False for an ordinary step. Raises :class:`Blocked` (RPM106)
+    for a ``zero_grad`` of the optimizer or the model outside the group."""
+    found, optimizer, model = recognised.group, recognised.optimizer, recognised.model
     family = _family(step)
     method = family.method_of(found.block) if family is not None else None
     if family is None or method is None or method is family.method_of(step.backward):
@@ -80,7 +82,7 @@ def plan_detached(step: "StepBuilder", found: "StepGroup", optimizer: str, model
         "RPM106",
         f"the optimizer step is in another method ({where}); the backward stays where it is",
     )
-    step.plan_autograd_form(found, optimizer, model, unfused)
+    step.plan_autograd_form(recognised, unfused)
     return True
 
 

@@ -104,9 +104,9 @@ class StepBuilder:
         group = list(found.statements)
         self.trained = (optimizer, model)
         self.rules.plan.trained_models[self.backward] = model
-        if split_step.plan_detached(self, found, optimizer, model):
+        if split_step.plan_detached(self, recognised):
             return
-        if split_functions.plan_detached_function(self, found, optimizer, model):
+        if split_functions.plan_detached_function(self, recognised):
             return
         try:
             multi_step.check_fusable(self)
@@ -115,7 +115,7 @@ class StepBuilder:
         except Blocked as unfused:
             if not self.autograd_form or unfused.code not in UNFUSABLE:
                 raise
-            plan_autograd_form(self, found, optimizer, model, unfused)
+            plan_autograd_form(self, recognised, unfused)
             return
         zero_grads = step_function.zero_grads_to_move(self, region, optimizer, model, found)
         loss_function.emit_forward(self, region, forward)
@@ -158,10 +158,10 @@ class StepBuilder:
     orders_optimizer_writes = True  # False where another rule orders them (a wrapper's two-path step)
     step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
 
-    def plan_autograd_form(self, found: StepGroup, optimizer: str, model: str, unfused: Blocked) -> None:
+    def plan_autograd_form(self, recognised: RecognisedStep, unfused: Blocked) -> None:
         """See :func:`migrate.rules.autograd_form.plan_autograd_form` (for the modules that
         plan a step found in another method or function, or one of several steps)."""
-        plan_autograd_form(self, found, optimizer, model, unfused)
+        plan_autograd_form(self, recognised, unfused)
 
     # ------------------------------------------------------------ the step group
     def classify(self, statement: cst.BaseStatement) -> Optional[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..plan import Blocked
-from ..recognised import StepGroup
+from ..recognised import RecognisedStep
 from . import Example, Pattern, Rule
 from .optimizer_writes import order_optimizer_writes
 from .step_function import plan_step_group, require_every_iteration
@@ -246,12 +246,13 @@ RULE = Rule(
 )
 
 
-def plan_autograd_form(step: "StepBuilder", found: StepGroup, optimizer: str, model: str, unfused: Blocked) -> None:
+def plan_autograd_form(step: "StepBuilder", recognised: RecognisedStep, unfused: Blocked) -> None:
     """RoundPipe's autograd form (design/MIGRATE.md, "Two target forms"): the forward,
     the loss code and ``scaler.scale(loss).backward()`` stay on the main thread as
     written (RoundPipe's forward is differentiable; the backward accumulates the
     gradients that ``model.step`` hands to the optimizer copies); only the optimizer
     work moves into the step function. ``unfused`` says why the fused form was refused."""
+    found, optimizer, model = recognised.group, recognised.optimizer, recognised.model
     zero_grads = [p for p in range(step.index) if step.zero_grad_call(step.body[p], optimizer, model)]
     if zero_grads:
         require_every_iteration(step, step.body[zero_grads[0]], found)
