@@ -22,6 +22,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .plan import Blocked
+from .recognised import RecognisedStep
 from .rules import step_function
 from .rules.optimizer_writes import order_optimizer_writes
 from .steps import StepBuilder
@@ -70,7 +71,7 @@ class PlainStepBuilder(StepBuilder):
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
         zero_grads = [p for p in range(self.index) if self.zero_grad_call(self.body[p], self.optimizer, self.model)]
-        step_function.plan_step_group(self, found, self.optimizer, self.model, zero_grads)
+        step_function.plan_step_group(self, RecognisedStep(found, self.optimizer, self.model), zero_grads)
         self.rules.plan.rewrites.append(
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
         )

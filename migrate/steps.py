@@ -117,10 +117,10 @@ class StepBuilder:
                 raise
             plan_autograd_form(self, recognised, unfused)
             return
-        zero_grads = step_function.zero_grads_to_move(self, region, optimizer, model, found)
+        zero_grads = step_function.zero_grads_to_move(self, region, recognised)
         loss_function.emit_forward(self, region, forward)
         self.fused_form_planned(region, zero_grads, forward)
-        step_function.plan_step_group(self, found, optimizer, model, zero_grads)
+        step_function.plan_step_group(self, recognised, zero_grads)
         self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
             forward_statements = region.with_statement or region.statements[region.start : region.end]

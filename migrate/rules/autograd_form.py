@@ -256,7 +256,7 @@ def plan_autograd_form(step: "StepBuilder", recognised: RecognisedStep, unfused:
     zero_grads = [p for p in range(step.index) if step.zero_grad_call(step.body[p], optimizer, model)]
     if zero_grads:
         require_every_iteration(step, step.body[zero_grads[0]], found)
-    plan_step_group(step, found, optimizer, model, zero_grads)
+    plan_step_group(step, recognised, zero_grads)
     step.rules.plan.rewrites.append(
         (
             step.backward,

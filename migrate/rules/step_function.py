@@ -21,7 +21,7 @@ from ..ddp_guard import is_sync_context
 from ..edits import drop_keeping_comments
 from ..names import CLIP_FUNCTIONS
 from ..plan import Blocked
-from ..recognised import StepGroup
+from ..recognised import RecognisedStep, StepGroup
 from ..step_values import GUARDABLE, classify_value_statement, escaping_values, on_copies
 from ..syntax import calls_method, code, dotted, method_call, only_expression
 from . import Example, Pattern, Rule
@@ -252,11 +252,10 @@ def _step_run(
     return StepGroup(block, start, end, tuple(statements[start:end]), condition)
 
 
-def zero_grads_to_move(
-    step: "StepBuilder", region: ForwardRegion, optimizer: str, model: str, found: StepGroup
-) -> List[int]:
+def zero_grads_to_move(step: "StepBuilder", region: ForwardRegion, recognised: RecognisedStep) -> List[int]:
     """Indices in this block of `optimizer/model.zero_grad()` before the backward (at the
     top of the iteration, or between loss and backward): they move to the step's end."""
+    found, optimizer, model = recognised.group, recognised.optimizer, recognised.model
     found_at = [p for p in range(region.outer_index) if step.zero_grad_call(step.body[p], optimizer, model)]
     found_at += region.zero_grads
     if found_at:
@@ -278,7 +277,10 @@ def require_every_iteration(step: "StepBuilder", zero_grad: cst.BaseStatement, f
 
 
 # ------------------------------------------------------------- emit: step
-def plan_step_group(step: "StepBuilder", found: StepGroup, optimizer: str, model: str, zero_grads: List[int]) -> None:
+def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads: List[int]) -> None:
+    """Emit the step function for ``recognised`` with ``model.step`` in place of its group,
+    the ``zero_grads`` (indices in the backward's block) moved to its end."""
+    found, optimizer, model = recognised.group, recognised.optimizer, recognised.model
     plan = step.rules.plan
     group = list(found.statements)
     step_fn = step.rules.plan.fresh("_step_fn")
