@@ -71,12 +71,13 @@ class PlainStepBuilder(StepBuilder):
                 f"{self.optimizer}.step() once, unconditionally, after its backward",
             )
         zero_grads = [p for p in range(self.index) if self.zero_grad_call(self.body[p], self.optimizer, self.model)]
-        step_function.plan_step_group(self, RecognisedStep(found, self.optimizer, self.model), zero_grads)
+        recognised = RecognisedStep(found, self.optimizer, self.model)
+        step_function.plan_step_group(self, recognised, zero_grads)
         self.rules.plan.rewrites.append(
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
         )
         if not self.rules.exact:
-            order_optimizer_writes(self, {*found.statements, self.backward}, self.optimizer, self.model)
+            order_optimizer_writes(self, recognised, {*found.statements, self.backward})
 
     def step_body(self, updated, kinds, optimizer: str):
         return list(updated), None

@@ -126,7 +126,7 @@ class StepBuilder:
             forward_statements = region.with_statement or region.statements[region.start : region.end]
             skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
             skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
-            order_optimizer_writes(self, skipped, optimizer, model)
+            order_optimizer_writes(self, recognised, skipped)
 
     # ------------------------------------------------ hooks of the step's shape
     def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:

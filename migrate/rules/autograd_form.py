@@ -264,4 +264,4 @@ def plan_autograd_form(step: "StepBuilder", recognised: RecognisedStep, unfused:
         )
     )
     if not step.rules.exact:
-        order_optimizer_writes(step, {*found.statements, step.backward}, optimizer, model)
+        order_optimizer_writes(step, recognised, {*found.statements, step.backward})

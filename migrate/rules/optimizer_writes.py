@@ -27,6 +27,7 @@ from ..syntax import code
 from . import Example, Pattern, Rule
 
 if TYPE_CHECKING:
+    from ..recognised import RecognisedStep
     from ..steps import StepBuilder
 
 __all__ = ["RULE", "order_optimizer_writes"]
@@ -80,9 +81,9 @@ RULE = Rule(
 )
 
 
-def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optimizer: str, model: str) -> None:
-    """Main-thread writes of optimizer state (lr loops, scheduler steps, helpers given the
-    optimizer) in the step's function, after the wrap where the optimizer is built, and
+def order_optimizer_writes(step: "StepBuilder", recognised: "RecognisedStep", skipped: Set[cst.CSTNode]) -> None:
+    """Main-thread writes of the ``recognised`` step's optimizer state (lr loops, scheduler
+    steps, helpers given the optimizer) in the step's function, after the wrap where the optimizer is built, and
     in the callers of the step's function after their call (up the chain the optimizer is
     handed along: :mod:`migrate.step_callers`) wait for the running step first (``model.synchronize()`` before them); the
     ``skipped`` statements are the step's own. :class:`Blocked` (RPM108) for a caller's
@@ -90,6 +91,7 @@ def order_optimizer_writes(step: "StepBuilder", skipped: Set[cst.CSTNode], optim
     ordering to another rule (``step.orders_optimizer_writes``)."""
     if not step.orders_optimizer_writes:
         return
+    optimizer, model = recognised.optimizer, recognised.model
     facts = step.facts
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     trainer = function.name.value if isinstance(function, cst.FunctionDef) else None
