@@ -100,8 +100,6 @@ class StepBuilder:
         optimizer = self.optimizer_of(group)
         model = self.model_for(optimizer)
         recognised = multi_step.own_statements(self, RecognisedStep(found, optimizer, model))
-        found = recognised.group
-        group = list(found.statements)
         self.trained = (optimizer, model)
         self.rules.plan.trained_models[self.backward] = model
         if split_step.plan_detached(self, recognised):
@@ -110,7 +108,7 @@ class StepBuilder:
             return
         try:
             multi_step.check_fusable(self)
-            region = loss_function.forward_region(self, model, optimizer)
+            region = loss_function.forward_region(self, recognised)
             forward = loss_function.plan_forward(self, region, model)
         except Blocked as unfused:
             if not self.autograd_form or unfused.code not in UNFUSABLE:
@@ -124,7 +122,7 @@ class StepBuilder:
         self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
             forward_statements = region.with_statement or region.statements[region.start : region.end]
-            skipped: Set[cst.CSTNode] = {*group, self.backward, *region.outside}
+            skipped: Set[cst.CSTNode] = {*recognised.group.statements, self.backward, *region.outside}
             skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
             order_optimizer_writes(self, recognised, skipped)
 

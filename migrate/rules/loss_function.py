@@ -35,6 +35,7 @@ from ..syntax import (
 from . import Example, Pattern, Rule
 
 if TYPE_CHECKING:
+    from ..recognised import RecognisedStep
     from ..steps import StepBuilder
 
 __all__ = ["RULE", "ForwardPlan", "ForwardRegion", "emit_forward", "forward_region", "plan_forward"]
@@ -134,9 +135,10 @@ RULE = Rule(
 )
 
 
-def forward_region(step: "StepBuilder", model: str, optimizer: str) -> "ForwardRegion":
-    """Where the forward and the loss of ``step`` are (nothing planned yet); the
-    ``zero_grad()`` calls between the loss and the backward are noted in it."""
+def forward_region(step: "StepBuilder", recognised: "RecognisedStep") -> "ForwardRegion":
+    """Where the forward and the loss of the ``recognised`` step are (nothing planned yet);
+    the ``zero_grad()`` calls between the loss and the backward are noted in it."""
+    model, optimizer = recognised.model, recognised.optimizer
     end = step.index
     while end > 0 and step.zero_grad_call(step.body[end - 1], optimizer, model):
         end -= 1  # zero_grad() between loss and backward: moved into the step function
