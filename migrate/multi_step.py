@@ -214,12 +214,14 @@ def require_update_later(step: "StepBuilder", group: List[cst.BaseStatement], op
     )
 
 
-def zero_models_in_place(step: "StepBuilder", zero_grads: List[int], optimizer: str, model: str) -> None:
+def zero_models_in_place(step: "StepBuilder", recognised: RecognisedStep, zero_grads: List[int]) -> None:
     """The ``zero_grad()`` calls at these positions of the step's block stay where they are,
-    on the model: ``optimizer.zero_grad(...)`` becomes ``model.zero_grad(...)`` (the
-    optimizer is built on that model's parameters, whose gradients RoundPipe's backward
-    fills); the step function zeroes the optimizer copies after the step. A call on
-    anything else is refused: left as it was, it would no longer zero the model."""
+    on the ``recognised`` step's model: ``optimizer.zero_grad(...)`` becomes
+    ``model.zero_grad(...)`` (the optimizer is built on that model's parameters, whose
+    gradients RoundPipe's backward fills); the step function zeroes the optimizer copies
+    after the step. A call on anything else is refused: left as it was, it would no longer
+    zero the model."""
+    optimizer, model = recognised.optimizer, recognised.model
     if zero_grads:
         step.rules.plan.zeroed_in_place.add(zeroed_in_place_key(step.facts, step.backward, model))
     for index in zero_grads:

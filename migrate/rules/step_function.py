@@ -285,7 +285,7 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
     group = list(found.statements)
     step_fn = step.rules.plan.fresh("_step_fn")
     kinds = [step.classify(s) for s in group]
-    group_edits(step, group, optimizer, model)
+    group_edits(step, recognised)
     moved_zero = None
     if zero_grads:
         zero_call = only_expression(step.body[zero_grads[0]])
@@ -315,7 +315,7 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
     plan.edits.replace_range(found.block, found.start, found.end, build)
     step.rules.plan.step_statements.update(step.body[index] for index in zero_grads)
     if multi_step.keeps_zero_grad_in_place(step):
-        multi_step.zero_models_in_place(step, zero_grads, optimizer, model)
+        multi_step.zero_models_in_place(step, recognised, zero_grads)
     else:
         for index in zero_grads:
             plan.edits.replace_range(step.block, index, index + 1, drop_keeping_comments)
@@ -339,11 +339,12 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
         )
 
 
-def group_edits(step: "StepBuilder", group: List[cst.BaseStatement], optimizer: str, model: str) -> None:
-    """Expression edits inside the step statements: clipping on the optimizer copies,
-    ``model.zero_grad`` through the optimizer (whose parameters are the copies), and the
-    edits of the step's own shape (:meth:`StepBuilder.shape_edits`)."""
-    for statement, kind in step.with_kinds(group):
+def group_edits(step: "StepBuilder", recognised: RecognisedStep) -> None:
+    """Expression edits inside the ``recognised`` step's statements: clipping on the
+    optimizer copies, ``model.zero_grad`` through the optimizer (whose parameters are the
+    copies), and the edits of the step's own shape (:meth:`StepBuilder.shape_edits`)."""
+    optimizer, model = recognised.optimizer, recognised.model
+    for statement, kind in step.with_kinds(list(recognised.group.statements)):
         if kind == "clip":
             _clip_on_copies(step, statement, model)
         if kind == "measure":
