@@ -5,13 +5,16 @@ hide one), every module imports on its own whatever is imported first, and every
 rewrite lives there."""
 
 import ast
+import dataclasses
 import pathlib
 import subprocess
 import sys
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
+import libcst as cst
 import pytest
 
+from migrate.recognised import RecognisedStep, StepGroup
 from migrate.rules import all_rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -160,3 +163,64 @@ def test_rule_names_the_modules_holding_its_code(rule):
         assert rule.implemented_in[0] == own, f"{rule.name}: its code is in {own}, which implemented_in must name first"
     else:
         assert own not in rule.implemented_in, f"{rule.name}: {own} holds no code"
+
+
+#: the entry points of the step rules (and their helpers that read the whole step): each
+#: takes the recognised step as one frozen value besides its context, not its group, optimizer
+#: and model apart
+_TAKE_THE_RECOGNISED_STEP = {
+    "rules/step_function.py": ("plan_step_group", "zero_grads_to_move", "group_edits"),
+    "rules/autograd_form.py": ("plan_autograd_form",),
+    "rules/optimizer_writes.py": ("order_optimizer_writes",),
+    "rules/loss_function.py": ("forward_region",),
+    "multi_step.py": ("own_statements", "zero_models_in_place"),
+    "split_step.py": ("plan_detached",),
+    "split_functions.py": ("plan_detached_function",),
+    "steps.py": ("plan_autograd_form",),  # the StepBuilder hook the split and joint steps call
+}
+
+
+def _annotated_parameters(function: ast.FunctionDef) -> Dict[str, str]:
+    """The parameters of ``function`` but ``self``, each with its annotation's text."""
+    arguments = function.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    return {
+        a.arg: ast.unparse(a.annotation).strip("'\"") if a.annotation is not None else ""
+        for a in every
+        if a.arg != "self"
+    }
+
+
+def _functions(path: pathlib.Path) -> Iterator[ast.FunctionDef]:
+    return (node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef))
+
+
+@pytest.mark.parametrize(
+    "module, name", [(module, name) for module, names in _TAKE_THE_RECOGNISED_STEP.items() for name in names]
+)
+def test_step_rule_entry_points_take_the_frozen_recognised_step(module, name):
+    defined = [f for f in _functions(PACKAGE / module) if f.name == name]
+    assert len(defined) == 1, f"{module} defines {name} {len(defined)} times"
+    parameters = _annotated_parameters(defined[0])
+    assert "RecognisedStep" in parameters.values(), f"{module}: {name}{tuple(parameters)} takes no RecognisedStep"
+    apart = sorted({"found", "optimizer", "model"} & set(parameters))
+    assert not apart, f"{module}: {name} takes {apart} apart from its RecognisedStep"
+    assert len(parameters) <= 4, f"{module}: {name}{tuple(parameters)}: the context and at most three more"
+
+
+def test_no_function_takes_a_step_group_with_its_optimizer_and_model_apart():
+    apart = [
+        f"{path.relative_to(ROOT)}:{function.lineno} {function.name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for function in _functions(path)
+        if "StepGroup" in _annotated_parameters(function).values()
+        and {"optimizer", "model"} <= set(_annotated_parameters(function))
+    ]
+    assert not apart, f"take a RecognisedStep (migrate/recognised.py) instead: {apart}"
+
+
+def test_the_recognised_step_is_frozen():
+    recognised = RecognisedStep(StepGroup(cst.Module([]), 0, 0, (), None), "optimizer", "model")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recognised.model = "other"  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(RecognisedStep)] == ["group", "optimizer", "model"]
