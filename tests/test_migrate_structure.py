@@ -1,8 +1,9 @@
 """The structure of the codemod cannot silently rot: the modules of ``migrate`` import each
 other without a cycle (counting the imports inside functions, which would otherwise only
-hide one), every module imports on its own whatever is imported first, and every rule of
+hide one), every module imports on its own whatever is imported first, every rule of
 ``migrate/rules/`` names the modules that hold its code, its own module first when the
-rewrite lives there."""
+rewrite lives there, and the step rules are handed the recognised step as one frozen value
+(:class:`migrate.recognised.RecognisedStep`), not as long argument lists."""
 
 import ast
 import dataclasses
