@@ -95,6 +95,7 @@ COMPAT = {
     "max-scale": ('opt_level="O2", max_loss_scale=2.0**20', "max_loss_scale=2.0**20"),
     "fp16-copies": ('opt_level="O2", master_weights=False', "refuses to unscale float16"),
     "odd-static": ('opt_level="O2", loss_scale=100.1', "not a power of two"),
+    "num-losses": ('opt_level="O2", num_losses=2', "num_losses=2"),
 }
 
 
@@ -246,6 +247,32 @@ def test_settings_plain_code_cannot_follow_keep_the_compat_form(case: str) -> No
     assert len(notes) == 1 and cause in notes[0].message, kept.diagnostics
     assert notes[0].line == source[: source.index("amp.initialize")].count("\n") + 1
     assert kept.diagnostics == compat.diagnostics + notes
+
+
+_INITIALIZE = "model, optimizer = amp.initialize(model, optimizer, verbosity=0,"
+
+# amp.initialize shapes beyond one model and one optimizer variable: the plain target writes
+# nothing of its own (the output is compat's); the code the file gets
+SHAPES = {
+    "positional-enabled": ("model, optimizer = amp.initialize(model, optimizer, True, verbosity=0,", "RPM303"),
+    "lists": ("[model], [optimizer] = amp.initialize([model], [optimizer], verbosity=0,", "RPM125"),
+    "two-models": ("(model, other), optimizer = amp.initialize([model, other], optimizer, verbosity=0,", "RPM125"),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_initialize_shapes_plain_code_cannot_follow_get_the_compat_output(case: str) -> None:
+    """A shape the plain target cannot follow comes out as the compat migration does (a note
+    where compat migrates it, compat's own refusal where compat refuses it)."""
+    line, expected = SHAPES[case]
+    source = _script('opt_level="O2"', 3).replace(_INITIALIZE, line)
+    source = source.replace(
+        "    criterion = nn.MSELoss()\n", "    criterion = nn.MSELoss()\n    other = nn.Linear(2, 2)\n"
+    )
+    compat = migrate_source(source, "script.py", apex_target="compat")
+    kept = migrate_source(source, "script.py", apex_target="plain")
+    assert kept.migrated == compat.migrated and "_apex_cast_model" not in kept.migrated
+    assert expected in [d.code for d in kept.diagnostics], kept.diagnostics
 
 
 ACCUMULATING = """
