@@ -41,6 +41,7 @@ from .apex_plain import (
     plain_setup,
     steps_follow,
 )
+from .edits import carry_comments
 from .header import top_block
 from .names import ModuleFacts
 from .plan import Blocked, Plan
@@ -251,10 +252,11 @@ class ApexRules(TorchAmpRules):
 
     def _plan_plain_initialize(self, setup: PlainSetup) -> None:
         """Drop the initialize line; where the optimizer is built, cast the model as apex
-        did and wrap it (O1: wrap it in the autocasting RoundPipe); build the optimizer on
-        the copies; define the helpers."""
+        did and wrap it (O1: wrap it in the autocasting RoundPipe, and switch O1's casts on
+        where the initialize line was); build the optimizer on the copies; define the helpers."""
         autocast = setup.dtype is None
-        wrapper, helpers = helper_statements(self.plan, autocast)
+        names, helpers = helper_statements(self.plan, autocast)
+        wrapper = names["model"]
         module = self.facts.module
         spaced = [cst.EmptyLine(), cst.EmptyLine()]
         helpers[0] = helpers[0].with_changes(leading_lines=spaced)
@@ -279,7 +281,10 @@ class ApexRules(TorchAmpRules):
                 call.func,  # type: ignore[attr-defined]
                 lambda updated: updated.with_changes(attr=cst.Name("optim_parameters")),
             )
-        self.drop_statement(setup.statement)
+        if autocast:
+            self._replace_keeping_comments(setup.statement, f"{names['casts']}()\n")
+        else:
+            self.drop_statement(setup.statement)
         scope = self.facts.scope(setup.statement)
         self._models.add((id(scope), setup.model))
         self.plan.wrapped_models.append((setup.scope, setup.model, self.facts.order(setup.built)))
@@ -292,6 +297,14 @@ class ApexRules(TorchAmpRules):
                 else "amp.initialize -> the model cast as apex did + roundpipe.RoundPipe (plain target)",
             )
         )
+
+    def _replace_keeping_comments(self, statement: cst.BaseStatement, line: str) -> None:
+        """Replace ``statement`` in its block by ``line``, which takes its comments."""
+        block = self.facts.parent(statement)
+        assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
+        index = list(block.body).index(statement)
+        replacement = cst.parse_statement(line)
+        self.plan.edits.replace_range(block, index, index + 1, lambda old: [carry_comments(old, replacement)])
 
     def _plain_master_params(self, node: cst.CSTNode) -> None:
         """``amp.master_params(opt)`` (one argument: checked by :func:`plain_setup`)."""

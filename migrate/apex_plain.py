@@ -15,12 +15,15 @@ the compat calls:
   ``roundpipe.RoundPipe(model, optim_dtype=torch.float32 | None, ...)`` and the optimizer on
   ``model.optim_parameters()``;
 * O1: the model stays float32 and is wrapped in a generated subclass of
-  ``roundpipe.RoundPipe`` whose ``forward`` and ``forward_backward`` run under the generated
-  ``_apex_autocast()``: ``torch.autocast("cuda", dtype=torch.float16)`` when CUDA is
-  available (where upstream runs the model), else ``torch.autocast("cpu",
-  dtype=torch.bfloat16)``, the type compat's O1 picks on each of these devices; the
-  backward stays outside autocast (RoundPipe's ``forward_backward`` switches it off), as in
-  compat;
+  ``roundpipe.RoundPipe`` whose ``forward`` and ``forward_backward`` run under
+  ``torch.autocast`` for the generated ``_apex_o1_target()``: float16 on CUDA when it is
+  available (where upstream runs the model), else bfloat16 on the CPU, the type compat's O1
+  picks on each of these devices; the backward stays outside autocast (RoundPipe's
+  ``forward_backward`` switches it off), and so do step functions (the subclass's ``step``),
+  as apex runs the optimizer step with its casts off. Because apex's O1 patches torch for
+  the whole program, the ``initialize`` line becomes the generated ``_apex_o1_casts()``,
+  which switches the thread's autocast on from there (cache off), as compat's O1 does, so
+  code outside the model (an evaluation loss, a metric's matmul) is cast as under apex;
 * ``roundpipe.GradScaler`` with apex's first scale and growth interval (dynamic), a never
   growing one (a static power of two), or a disabled one (apex's static 1.0 short cut);
 * ``amp.master_params(opt)`` as the parameters of ``opt``'s groups.
@@ -337,38 +340,60 @@ def {model}(model, dtype, keep_batchnorm_fp32):
 
 
 _AUTOCAST_HELPERS = '''
-def {autocast}():
-    """roundpipe-migrate (apex O1): torch.autocast where the model runs: float16 on CUDA (where
-    upstream RoundPipe runs it), else bfloat16 on the CPU (CPU autocast's low-precision type)."""
+def {target}():
+    """roundpipe-migrate (apex O1): where and in which type O1 casts: float16 on CUDA (where
+    upstream RoundPipe runs the model), else bfloat16 on the CPU (CPU autocast's low-precision type)."""
     if torch.cuda.is_available():
-        return torch.autocast("cuda", dtype=torch.float16)
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+        return "cuda", torch.float16
+    return "cpu", torch.bfloat16
+
+
+def {casts}():
+    """roundpipe-migrate (apex O1): apex's O1 casts from amp.initialize on, for the rest of the
+    program: this thread's autocast switched on (not a block; no cast cache outside blocks), so
+    that code outside the model (an evaluation loss, a metric) is cast as apex's patches cast it."""
+    device_type, dtype = {target}()
+    torch.set_autocast_dtype(device_type, dtype)
+    torch.set_autocast_enabled(device_type, True)
+    torch.set_autocast_cache_enabled(False)
 
 
 class {model}(roundpipe.RoundPipe):
     """roundpipe-migrate (apex O1): a RoundPipe whose forward and forward_backward (the model
-    and the loss function; the backward runs outside autocast) run under {autocast}()."""
+    and the loss function; the backward runs outside autocast) run under torch.autocast, and
+    whose step functions run with autocast off, as apex runs the optimizer step."""
 
     def forward(self, *args, **kwargs):
-        with {autocast}():
+        device_type, dtype = {target}()
+        with torch.autocast(device_type, dtype=dtype):
             return super().forward(*args, **kwargs)
 
     def forward_backward(self, *args, **kwargs):
-        with {autocast}():
+        device_type, dtype = {target}()
+        with torch.autocast(device_type, dtype=dtype):
             return super().forward_backward(*args, **kwargs)
+
+    def step(self, step_fn, is_async=True, *args, **kwargs):
+        def uncast_step_fn(*step_args, **step_kwargs):
+            with torch.autocast({target}()[0], enabled=False):
+                return step_fn(*step_args, **step_kwargs)
+
+        return super().step(uncast_step_fn, is_async, *args, **kwargs)
 '''
 
 
-def helper_statements(plan: Plan, autocast: bool) -> Tuple[str, List[cst.BaseStatement]]:
-    """(the name to call, the module-level definitions to insert), with fresh names that
-    capture no user name: the model-cast function (O0, O2, O3), or with ``autocast`` (O1)
-    the autocasting subclass of ``roundpipe.RoundPipe`` that replaces it in the wrap."""
+def helper_statements(plan: Plan, autocast: bool) -> Tuple[Dict[str, str], List[cst.BaseStatement]]:
+    """(the generated names by role, the module-level definitions to insert), with fresh
+    names that capture no user name: ``"model"`` names the model-cast function (O0, O2, O3),
+    or with ``autocast`` (O1) the autocasting subclass of ``roundpipe.RoundPipe`` that
+    replaces it in the wrap, and ``"casts"`` the function that switches O1's casts on for
+    the rest of the program (called where ``amp.initialize`` was)."""
     if autocast:
-        names = {"autocast": plan.fresh("_apex_autocast"), "model": plan.fresh("_ApexAutocastRoundPipe")}
+        bases = (("target", "_apex_o1_target"), ("casts", "_apex_o1_casts"), ("model", "_ApexAutocastRoundPipe"))
         text = _AUTOCAST_HELPERS
     else:
-        names = {key: plan.fresh(base) for key, base in (("cast", "_apex_cast"), ("state", "_apex_float32_state"))}
-        names["model"] = plan.fresh("_apex_cast_model")
+        bases = (("cast", "_apex_cast"), ("state", "_apex_float32_state"), ("model", "_apex_cast_model"))
         text = _HELPERS
+    names = {role: plan.fresh(base) for role, base in bases}
     body: List[cst.BaseStatement] = list(cst.parse_module(text.format(**names)).body)
-    return names["model"], body
+    return names, body

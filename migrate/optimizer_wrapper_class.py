@@ -380,26 +380,19 @@ def _plan_gradient_method(
 ) -> None:
     """``method``'s body -> ``def <step_fn>(): ...`` + ``self.<model>.step(<step_fn>)``, then
     the update and the return."""
-    plan, exact = wrappers.plan, wrappers.rules.exact
+    plan = wrappers.plan
     body = method.node.body
     moved = list(body.body)[method.first :]
     plan.step_statements.update(n for s in moved for n in wrappers.facts.subtree(s, cst.BaseStatement))
     result = _result_name(method) if _returns_a_value(method) else None
-    scaler = wrapper.scaler
 
     def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
         tail: List[cst.BaseStatement] = []
         inside = list(updated)
         if method.updates or _ends_with_return(method):
             last = inside.pop()
-            if method.updates:
-                tail.append(
-                    cst.parse_statement(f"self.{scaler}.update(is_async=False)\n").with_changes(
-                        leading_lines=last.leading_lines  # type: ignore[attr-defined]
-                    )
-                    if exact
-                    else last
-                )
+            if method.updates:  # --exact: after the waited-for step a plain update() is torch's
+                tail.append(last)
             elif result is not None:
                 assert isinstance(last, cst.SimpleStatementLine)
                 value = cst.ensure_type(last.body[0], cst.Return).value

@@ -415,7 +415,6 @@ class ScalerWrappers:
         step_fn = self.plan.fresh("_step_fn")
         waits = self.rules.exact or bool(wrapper.returned)
         returned = sorted(wrapper.returned)
-        exact = self.rules.exact
 
         def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
             inside, update = updated[:-1], updated[-1]
@@ -429,10 +428,6 @@ class ScalerWrappers:
             unbound = sorted(wrapper.unbound)  # `nonlocal` needs a binding in __call__
             before = [cst.parse_statement(f"{name} = None\n") for name in unbound]
             step = cst.parse_statement(f"self.{model}.step({step_fn}{', is_async=False' if waits else ''})\n")
-            if exact and not only_expression(update).args:  # type: ignore[union-attr]
-                update = cst.parse_statement(f"self.{wrapper.scaler}.update(is_async=False)\n").with_changes(
-                    trailing_whitespace=update.trailing_whitespace  # type: ignore[attr-defined]
-                )
             return [*before, definition, step, update]
 
         edits.replace_range(wrapper.block, wrapper.start, wrapper.update + 1, build)
@@ -442,7 +437,11 @@ class ScalerWrappers:
                 f"loss-scaler wrapper {wrapper.node.name.value}: roundpipe.GradScaler, the model passed as model=; "
                 f"autograd form: backward kept, optimizer work -> self.{model}.step({step_fn}"
                 f"{', is_async=False' if waits else ''})"
-                + (f" (waited for: __call__ returns {', '.join(returned)})" if wrapper.returned and not exact else ""),
+                + (
+                    f" (waited for: __call__ returns {', '.join(returned)})"
+                    if wrapper.returned and not self.rules.exact
+                    else ""
+                ),
             )
         )
 

@@ -1,7 +1,8 @@
 """``--apex-target plain``: apex scripts written with upstream RoundPipe's API (issue 15).
 
 A small apex program (a BatchNorm regressor, clipping on ``amp.master_params``, an eval
-forward, one batch whose float16 gradients overflow at the dynamic scale) runs as written on
+forward, an evaluation loss and a matmul outside the model (which apex's O1 casts too), one
+batch whose float16 gradients overflow at the dynamic scale) runs as written on
 tests/fake_apex (whose O1 is CPU autocast in bfloat16, as compat's on the CPU), as the compat
 migration and as the plain migration, for O0 to O3 and their literal overrides; with
 ``--exact`` all three print the same numbers (the fake apex lacks apex's O2 state dict hook, which both
@@ -57,7 +58,10 @@ def main():
     model.eval()
     with torch.no_grad():
         output = model(probe)
+        eval_loss = torch.nn.functional.cross_entropy(output, torch.tensor([0, 1, 2, 0]))
+        similarity = probe @ probe.T
     print(f"eval {output.dtype} {output.double().sum().item():.10f}")
+    print(f"outside the model {eval_loss.dtype} {eval_loss.item():.10f}", similarity.dtype, similarity.sum().item())
     print(sorted({str(value.dtype) for value in model.state_dict().values()}))
 
 
@@ -91,6 +95,7 @@ COMPAT = {
     "max-scale": ('opt_level="O2", max_loss_scale=2.0**20', "max_loss_scale=2.0**20"),
     "fp16-copies": ('opt_level="O2", master_weights=False', "refuses to unscale float16"),
     "odd-static": ('opt_level="O2", loss_scale=100.1', "not a power of two"),
+    "num-losses": ('opt_level="O2", num_losses=2', "num_losses=2"),
 }
 
 
@@ -169,15 +174,45 @@ def test_o1_plain_migration_wraps_the_model_in_an_autocasting_roundpipe() -> Non
         "    model = _ApexAutocastRoundPipe(model, model_run_config=roundpipe.RoundPipeRunConfig("
         "num_microbatch=NUM_MICROBATCH))\n"
         "    optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.05, momentum=0.9)\n"
+        "    _apex_o1_casts()\n"  # where amp.initialize was: apex's casts from here on
+        "    generator = "
     ) in plain
     assert "class _ApexAutocastRoundPipe(roundpipe.RoundPipe):" in plain
-    assert 'return torch.autocast("cpu", dtype=torch.bfloat16)' in plain
+    assert '    return "cpu", torch.bfloat16\n' in plain
     assert "    amp_scaler = roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)\n" in plain
     # the checker follows the subclass as a RoundPipe: a keyword upstream lacks is reported
     broken = plain.replace("loss_fn=_loss_fn)", "loss_fn=_loss_fn, chunks=2)")
     assert [v.key for v in check_program(broken).violations] == ["roundpipe.RoundPipe.forward_backward(chunks=)"]
     again = migrate_source(plain, "script.py", apex_target="plain")
     assert again.migrated == plain and not again.diagnostics and not again.rewrites  # idempotent
+
+
+@CPU_O1
+def test_o1_plain_migration_casts_outside_the_model_as_apex(fake_apex, tmp_path) -> None:
+    """apex's O1 patches torch for the whole program: the evaluation loss and the matmul the
+    script computes outside the model are cast there (float32 and bfloat16 on the fake apex),
+    and so they are after the plain migration's ``_apex_o1_casts()``; without it they differ."""
+    source = _script(*PLAIN["O1"])
+    plain = _migrated(source, exact=True, target="plain")
+    original = _printed(source, tmp_path / "original.py")
+    assert original[-2].startswith("outside the model torch.float32 ") and " torch.bfloat16 " in original[-2]
+    assert _printed(plain, tmp_path / "plain.py")[-2] == original[-2]
+    uncast = plain.replace("    _apex_o1_casts()\n", "")
+    assert _printed(uncast, tmp_path / "uncast.py")[-2] != original[-2]
+
+
+@CPU_O1
+def test_o1_plain_step_functions_run_with_autocast_off(tmp_path) -> None:
+    """apex runs the optimizer step with its casts off: the subclass's ``step`` runs the step
+    function without autocast where it runs on the calling thread (``--exact``)."""
+    plain = _migrated(_script(*PLAIN["O1"]), exact=True, target="plain")
+    probe = plain.replace(
+        "            amp_scaler.step(optimizer)\n",
+        "            amp_scaler.step(optimizer)\n"
+        "            print('autocast in step', torch.is_autocast_enabled('cpu'))\n",
+    )
+    printed = _printed(probe, tmp_path / "probe.py")
+    assert printed.count("autocast in step False") == 6
 
 
 def test_plain_migration_casts_the_model_where_the_optimizer_is_built() -> None:
@@ -212,6 +247,32 @@ def test_settings_plain_code_cannot_follow_keep_the_compat_form(case: str) -> No
     assert len(notes) == 1 and cause in notes[0].message, kept.diagnostics
     assert notes[0].line == source[: source.index("amp.initialize")].count("\n") + 1
     assert kept.diagnostics == compat.diagnostics + notes
+
+
+_INITIALIZE = "model, optimizer = amp.initialize(model, optimizer, verbosity=0,"
+
+# amp.initialize shapes beyond one model and one optimizer variable: the plain target writes
+# nothing of its own (the output is compat's); the code the file gets
+SHAPES = {
+    "positional-enabled": ("model, optimizer = amp.initialize(model, optimizer, True, verbosity=0,", "RPM303"),
+    "lists": ("[model], [optimizer] = amp.initialize([model], [optimizer], verbosity=0,", "RPM125"),
+    "two-models": ("(model, other), optimizer = amp.initialize([model, other], optimizer, verbosity=0,", "RPM125"),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_initialize_shapes_plain_code_cannot_follow_get_the_compat_output(case: str) -> None:
+    """A shape the plain target cannot follow comes out as the compat migration does (a note
+    where compat migrates it, compat's own refusal where compat refuses it)."""
+    line, expected = SHAPES[case]
+    source = _script('opt_level="O2"', 3).replace(_INITIALIZE, line)
+    source = source.replace(
+        "    criterion = nn.MSELoss()\n", "    criterion = nn.MSELoss()\n    other = nn.Linear(2, 2)\n"
+    )
+    compat = migrate_source(source, "script.py", apex_target="compat")
+    kept = migrate_source(source, "script.py", apex_target="plain")
+    assert kept.migrated == compat.migrated and "_apex_cast_model" not in kept.migrated
+    assert expected in [d.code for d in kept.diagnostics], kept.diagnostics
 
 
 ACCUMULATING = """

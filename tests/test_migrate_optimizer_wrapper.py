@@ -285,7 +285,7 @@ def test_each_method_migrates_by_what_it_does():
 def test_exact_waits_for_every_step_and_adds_no_synchronize():
     text = migrate_source(FAIRSEQ_LIKE, "train.py", exact=True).migrated
     assert "self._model.step(_step_fn, is_async=False)" in text
-    assert "self._model.step(_step_fn_3, is_async=False)\n        self.scaler.update(is_async=False)\n" in text
+    assert "self._model.step(_step_fn_3, is_async=False)\n        self.scaler.update()\n" in text
     assert "synchronize()" not in text
 
 

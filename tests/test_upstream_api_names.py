@@ -31,6 +31,7 @@ import pytest
 
 import roundpipe.compat
 from migrate.engine import migrate_source
+from migrate.rules import all_rules
 from upstream_api import COMPAT, check_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,16 +45,35 @@ KNOWN_GAPS: Dict[str, str] = {
         "the scaler checkpoint is restored with scaler.load_state_dict(); upstream 0.1.1's "
         "GradScaler has no load_state_dict: AttributeError on upstream"
     ),
+    "roundpipe.RoundPipe.adopt_optimizer": (
+        "an optimizer built by a parameter-grouping helper is moved onto the copies with "
+        "model.adopt_optimizer(...), which only this project's RoundPipe defines: upstream "
+        "forwards the attribute to the wrapped model (AttributeError)"
+    ),
 }
+
+#: compat names that migrations of files without apex may need: timm's loss-scaler wrappers
+NON_APEX_COMPAT = {f"{COMPAT}.NativeScaler"}
 
 
 # ---------------------------------------------------------------------------- the cases
+#: the migrated programs this project keeps (globs under tests/): hand-checked outputs
+KEPT_OUTPUTS = (
+    "migrate_cases/expected/*.py",  # the fixture cases' expected outputs
+    "migrate_cases/projects/*/expected/**/*.py",  # the fixture projects' expected outputs
+    "migrate_projects/*/expected_exact/**/*.py",  # the training projects migrated by hand
+)
+
+
 @functools.lru_cache(maxsize=None)
 def _programs() -> Dict[str, str]:
-    """case id -> migrated program text."""
+    """case id -> migrated program text: every output the project keeps (:data:`KEPT_OUTPUTS`)
+    and fresh migrations, in both modes, of ``examples/*.py`` (the apex ones also with
+    ``--apex-target plain``). The rule catalogue's are :func:`_catalogue_programs`."""
     programs = {
-        f"expected/{p.name}": p.read_text()
-        for p in sorted((ROOT / "tests" / "migrate_cases" / "expected").glob("*.py"))
+        str(path.relative_to(ROOT / "tests")): path.read_text()
+        for pattern in KEPT_OUTPUTS
+        for path in sorted((ROOT / "tests").glob(pattern))
     }
     for path in sorted((ROOT / "examples").glob("*.py")):
         source = path.read_text()
@@ -65,6 +85,23 @@ def _programs() -> Dict[str, str]:
                 plain = migrate_source(source, str(path), exact=exact, apex_target="plain").migrated
                 if plain != migrated:
                     programs[f"plain-{mode}/{path.name}"] = plain
+    return programs
+
+
+@functools.lru_cache(maxsize=None)
+def _catalogue_programs() -> Dict[str, str]:
+    """case id -> fresh migration, in both modes, of every rewriting example of the rule
+    catalogue (with the apex target it declares); built inside a slow test, not at collection."""
+    programs = {}
+    for rule in all_rules():
+        for index, example in enumerate(rule.examples):
+            if not example.expect:  # refusals and near-misses come back unchanged
+                continue
+            for mode, exact in (("default", False), ("exact", True)):
+                name = f"{rule.name}-{index}.py"
+                migrated = migrate_source(example.before, name, exact=exact, apex_target=example.apex_target).migrated
+                if migrated != example.before:
+                    programs[f"catalogue-{mode}/{name}"] = migrated
     return programs
 
 
@@ -102,12 +139,41 @@ def test_migrated_program_has_no_unknown_upstream_gap(case: str) -> None:
 @pytest.mark.parametrize("case", [case for case in _programs() if _is_compat(case)])
 def test_compat_case_is_an_apex_migration_needing_only_compat(case: str) -> None:
     """The compat case: roundpipe.compat is what it needs beyond upstream (other gaps are
-    the known ones, checked above), and only apex migrations need it."""
+    the known ones, checked above), and only apex migrations need more of it than timm's
+    loss-scaler wrapper (:data:`NON_APEX_COMPAT`)."""
     report = check_program(_programs()[case])
-    assert Path(case).name.startswith("apex_")
-    used = {name[len(COMPAT) + 1 :] for name in report.compat_names if name != COMPAT}
-    assert used <= set(roundpipe.compat.__all__)
+    used = report.compat_names - {COMPAT}
+    assert used <= {f"{COMPAT}.{name}" for name in roundpipe.compat.__all__}
+    if not used <= NON_APEX_COMPAT:
+        assert "apex" in Path(case).name
     assert [v for v in report.violations if v.key not in KNOWN_GAPS] == []
+
+
+def test_every_kept_output_is_checked() -> None:
+    cases = set(_programs())
+    for pattern in KEPT_OUTPUTS:
+        found = {str(p.relative_to(ROOT / "tests")) for p in (ROOT / "tests").glob(pattern)}
+        assert found and found <= cases, pattern
+
+
+@pytest.mark.slow
+def test_rule_catalogue_examples_need_nothing_upstream_lacks_beyond_known_gaps() -> None:
+    """Every rewriting catalogue example, migrated in both modes: no gap beyond
+    :data:`KNOWN_GAPS`, compat as in the compat case, and every known gap still occurs
+    somewhere (in these or the programs above), so a fixed gap is noticed."""
+    programs = _catalogue_programs()
+    rewriting = {f"{r.name}-{i}.py" for r in all_rules() for i, e in enumerate(r.examples) if e.expect}
+    assert {Path(case).name for case in programs if case.startswith("catalogue-default/")} == rewriting
+    problems = []
+    for case, text in programs.items():
+        report = check_program(text)
+        problems += [f"{case}: {v}" for v in report.violations if v.key not in KNOWN_GAPS]
+        used = report.compat_names - {COMPAT}
+        if not used <= NON_APEX_COMPAT and "apex" not in case:
+            problems.append(f"{case}: needs {sorted(used)} without apex")
+    assert not problems, "\n".join(problems)
+    seen = {v.key for text in [*programs.values(), *_programs().values()] for v in check_program(text).violations}
+    assert set(KNOWN_GAPS) <= seen
 
 
 def test_plain_apex_target_needs_no_compat_where_the_settings_are_literal() -> None:
@@ -185,6 +251,28 @@ CHECKER_CASES = [
         "    def save(self):\n        return self.s.state_dict()\n",
         ["roundpipe.GradScaler.state_dict"],
     ),
+    ("import roundpipe\nopt = roundpipe.optim.SGD(p)\n", ["roundpipe.optim.SGD"]),
+    ("import roundpipe\nroundpipe.optim.Adam(p, lr=1e-3, betass=(0.9, 0.99))\n", ["roundpipe.optim.Adam(betass=)"]),
+    ("from roundpipe.optim import Adam\nAdam(p, lr=1e-3, foo=1)\n", ["roundpipe.optim.Adam(foo=)"]),
+    (
+        "import roundpipe.optim as ro\nro.Adam(p, 1e-3, (0.9, 0.999), 1e-8, 0.0, False, None)\n",
+        ["roundpipe.optim.Adam(positional)"],
+    ),
+    (
+        "from roundpipe import RoundPipe as RP\nm = RP(net, None, 'n', c, 'off', 1)\n",
+        ["roundpipe.RoundPipe(positional)"],
+    ),
+    (
+        "import roundpipe\nc = roundpipe.RoundPipeRunConfig(num_microbatches=2)\n",
+        ["roundpipe.RoundPipeRunConfig(num_microbatches=)"],
+    ),
+    ("from roundpipe import GradScaler\ns = GradScaler(1024.0, 2.0, 0.5, 100)\ns.update(1024.0)\n", []),
+    ("from roundpipe import GradScaler\ns = GradScaler()\ns.is_enabled()\n", ["roundpipe.GradScaler.is_enabled"]),
+    (
+        "import roundpipe\nm = roundpipe.RoundPipe(net)\nm.forward_backward(input_args=(x,), labels=y)\n",
+        ["roundpipe.RoundPipe.forward_backward(labels=)"],
+    ),
+    ("import roundpipe\nm = roundpipe.RoundPipe(net)\nm.step(f, opt)\n", ["roundpipe.RoundPipe.step(is_async=<?>)"]),
     (
         "import roundpipe\nm, o = roundpipe.compat.initialize(net, opt, opt_level='O1')\n"
         "s = roundpipe.compat.loss_scaler()\ns.is_enabled()\n",

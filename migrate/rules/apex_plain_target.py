@@ -35,7 +35,10 @@ RULE = Rule(
             "keep_batchnorm_fp32=...)` (generated after the imports: apex's weight cast, input/output "
             "casts, float32 state dicts) and `model = roundpipe.RoundPipe(model, optim_dtype=...)`; for O1 "
             "the float32 model in `_ApexAutocastRoundPipe` (a generated `roundpipe.RoundPipe` subclass whose "
-            "forward and forward_backward run under `torch.autocast`: float16 on CUDA, bfloat16 on the CPU); "
+            "forward and forward_backward run under `torch.autocast`: float16 on CUDA, bfloat16 on the CPU; its "
+            "step functions with autocast off) and, where the initialize line was, `_apex_o1_casts()` (the "
+            "thread's autocast switched on for the rest of the program, as apex's patches cast code outside "
+            "the model); "
             "the optimizer on `model.optim_parameters()`; `amp_scaler = roundpipe.GradScaler(...)` with apex's "
             "scale; `amp.master_params(opt)` becomes the optimizer's parameters; any other file keeps the "
             "compat form with an RPM303 note naming why (docs/apex.md)",
@@ -47,7 +50,9 @@ RULE = Rule(
             "keep_batchnorm_fp32=...)`（定义在导入之后：apex 的权重转换、输入/输出转换、float32 状态字典）和 "
             "`model = roundpipe.RoundPipe(model, optim_dtype=...)`；O1 则把 float32 模型放进 "
             "`_ApexAutocastRoundPipe`（生成的 `roundpipe.RoundPipe` 子类，其 forward 与 forward_backward 在 "
-            "`torch.autocast` 下运行：CUDA 上 float16，CPU 上 bfloat16）；优化器改用 `model.optim_parameters()`；"
+            "`torch.autocast` 下运行：CUDA 上 float16，CPU 上 bfloat16；其步骤函数在关闭 autocast 时运行），并在原 "
+            "initialize 行处调用 `_apex_o1_casts()`（为程序的其余部分打开本线程的 autocast，就像 apex 的补丁也转换"
+            "模型之外的代码）；优化器改用 `model.optim_parameters()`；"
             "`amp_scaler = roundpipe.GradScaler(...)` 使用 apex 的缩放值；`amp.master_params(opt)` 改为优化器的参数；"
             "其他文件保留 compat 形式，并给出说明原因的 RPM303 提示（docs/apex.md）",
         ),
@@ -67,9 +72,9 @@ RULE = Rule(
             _O2.replace('opt_level="O2"', 'opt_level="O1"'),
             expect=(
                 "class _ApexAutocastRoundPipe(roundpipe.RoundPipe):\n",
-                'return torch.autocast("cpu", dtype=torch.bfloat16)\n',
+                '    return "cpu", torch.bfloat16\n',
                 "model = _ApexAutocastRoundPipe(model, model_run_config=",
-                "optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)\n",
+                "optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.1)\n_apex_o1_casts()\n",
                 "amp_scaler = roundpipe.GradScaler(init_scale=2.0**16, growth_interval=2000)\n",
             ),
             apex_target="plain",

@@ -60,7 +60,7 @@ def main():
     torch.manual_seed(1337)
     model = roundpipe.RoundPipe(TinyLM(vocab_size=vocab, block_size=block_size))
     optimizer = torch.optim.AdamW(model.optim_parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.1)
-    scaler = roundpipe.GradScaler("cpu", enabled=(args.dtype == "bfloat16"))
+    scaler = roundpipe.GradScaler(enabled=(args.dtype == "bfloat16"))
     X, Y = get_batch()
     for iter_num in range(args.max_iters):
         lr = get_lr(iter_num)
@@ -81,7 +81,7 @@ def main():
             optimizer.zero_grad(set_to_none=True)
 
         model.step(step_fn, is_async=False)
-        scaler.update(is_async=False)
+        scaler.update()
         lossf = loss.item() * gradient_accumulation_steps
         print(f"step {iter_num} loss {lossf!r} lr {lr!r}")
     print(f"final scale {scaler.get_scale()!r}")

@@ -48,7 +48,7 @@ def main():
     criterion = nn.BCEWithLogitsLoss()
     optimizerD = torch.optim.Adam(netD.optim_parameters(), lr=2e-3, betas=(0.5, 0.999))
     optimizerG = torch.optim.Adam(netG.optim_parameters(), lr=2e-3, betas=(0.5, 0.999))
-    scaler = roundpipe.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+    scaler = roundpipe.GradScaler(init_scale=1024.0, growth_interval=3)
     gen = torch.Generator().manual_seed(7)
     real_label, fake_label = 1.0, 0.0
     for i in range(8):
@@ -82,7 +82,7 @@ def main():
             optimizerG.zero_grad()
 
         netG.step(step_g, is_async=False)
-        scaler.update(is_async=False)
+        scaler.update()
         print(f"step {i} loss {errD.item()!r} lossG {errG.item()!r}")
     print(f"final scale {scaler.get_scale()!r}")
 

@@ -35,7 +35,7 @@ def main():
     torch.manual_seed(0)
     model = roundpipe.RoundPipe(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=args.lr, momentum=0.9, nesterov=True)
-    scaler = roundpipe.GradScaler("cpu", init_scale=512.0, growth_interval=2) if args.amp else None
+    scaler = roundpipe.GradScaler(init_scale=512.0, growth_interval=2) if args.amp else None
     gen = torch.Generator().manual_seed(3)
     for step in range(args.steps):
         x = torch.randn(20, 8, generator=gen)
@@ -51,7 +51,7 @@ def main():
                 optimizer.zero_grad(set_to_none=True)
 
             model.step(step_fn, is_async=False)
-            scaler.update(is_async=False)
+            scaler.update()
         else:
             loss.backward()
 

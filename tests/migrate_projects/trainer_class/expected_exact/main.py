@@ -36,7 +36,7 @@ class Trainer:
         self.model = roundpipe.RoundPipe(MLP())
         self.optimizer = torch.optim.AdamW(self.model.optim_parameters(), lr=lr, weight_decay=0.05)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3, gamma=0.5)
-        self.scaler = roundpipe.GradScaler("cpu", init_scale=2.0**12, growth_interval=4)
+        self.scaler = roundpipe.GradScaler(init_scale=2.0**12, growth_interval=4)
         self.amp_dtype = amp_dtype
         self.max_norm = max_norm
         self.global_step = 0
@@ -58,7 +58,7 @@ class Trainer:
             self.scheduler.step()
 
         self.model.step(step_fn, is_async=False)
-        self.scaler.update(is_async=False)
+        self.scaler.update()
         self.global_step += 1
         return loss.detach()
 

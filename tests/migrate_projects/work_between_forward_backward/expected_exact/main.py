@@ -67,7 +67,7 @@ def run_step(model, optimizer, scaler, batch, iteration, warmup_iters=3):
         optimizer.zero_grad()
 
     model.step(step_fn, is_async=False)
-    scaler.update(is_async=False)
+    scaler.update()
     return total, metrics
 
 
@@ -75,7 +75,7 @@ def main():
     torch.manual_seed(0)
     model = roundpipe.RoundPipe(TinyDetector())
     optimizer = torch.optim.SGD(model.optim_parameters(), lr=0.02, momentum=0.9, weight_decay=1e-4)
-    scaler = roundpipe.GradScaler("cpu")
+    scaler = roundpipe.GradScaler()
     gen = torch.Generator().manual_seed(2)
     model.train()
     for iteration in range(8):

@@ -23,7 +23,7 @@ class ScalerWithGradNorm:
 
     def __init__(self, model, init_scale=2.0**14):
         self._model = model
-        self._scaler = roundpipe.GradScaler("cpu", init_scale=init_scale, growth_interval=3)
+        self._scaler = roundpipe.GradScaler(init_scale=init_scale, growth_interval=3)
 
     def __call__(self, loss, optimizer, clip_grad=None, parameters=None, create_graph=False, update_grad=True):
         self._scaler.scale(loss).backward(create_graph=create_graph)
@@ -42,7 +42,7 @@ class ScalerWithGradNorm:
             self._scaler.step(optimizer)
 
         self._model.step(step_fn, is_async=False)
-        self._scaler.update(is_async=False)
+        self._scaler.update()
         return norms[0]
 
     def state_dict(self):
