@@ -44,8 +44,9 @@ class OptimizerCopies:
         self._names: List[str] = []  # the module's name for each pair's parameter
         # Buffers given back by hand_back_grads that no backward has delivered a gradient
         # into since (the post-accumulate hook drops the entry), with their version counter
-        # at that moment: one still at that version is still zero.
-        self._returned: Dict[nn.Parameter, Tuple[torch.Tensor, int]] = {}
+        # at that moment: one still at that version is still zero. Held weakly, so a buffer
+        # the caller drops from ``param.grad`` is freed at once, as in the plain loop.
+        self._returned: Dict[nn.Parameter, Tuple[weakref.ref[torch.Tensor], int]] = {}
         # Given-back buffers taken off their parameters around a backward, until it either
         # delivers the parameter's gradient (then the buffer is freed) or ends (then the
         # buffer goes back).
@@ -136,7 +137,7 @@ class OptimizerCopies:
                 returned = self._returned.pop(param, None)
                 if grad is None:
                     continue
-                if returned is not None and returned[0] is grad:
+                if returned is not None and returned[0]() is grad:
                     self._returned[param] = returned  # no gradient arrived: the copy gets none
                     continue
                 copy = copy_of.get(param)
@@ -191,7 +192,7 @@ class OptimizerCopies:
         for param, grad in released.items():
             if param.grad is None and param in self._copy_of:
                 param.grad = grad
-                self._returned[param] = (grad, grad._version)
+                self._returned[param] = (weakref.ref(grad), grad._version)
         released.clear()
 
     @contextlib.contextmanager
@@ -213,8 +214,9 @@ class OptimizerCopies:
         a caller sees and what :meth:`hand_over_grads` does are as if it had stayed.
         """
         for param in list(self._returned):
-            grad, version = self._returned[param]
-            if param.grad is not grad or grad._version != version:
+            buffer, version = self._returned[param]
+            grad = param.grad
+            if grad is None or grad is not buffer() or grad._version != version:
                 continue
             del self._returned[param]
             param.grad = None
@@ -222,7 +224,7 @@ class OptimizerCopies:
                 self._held[param] = grad
             else:
                 param.grad = grad
-                self._returned[param] = (grad, version)
+                self._returned[param] = (buffer, version)
             del grad
         try:
             yield
@@ -231,7 +233,7 @@ class OptimizerCopies:
             for param, grad in held.items():
                 if param.grad is None:
                     param.grad = grad
-                    self._returned[param] = (grad, grad._version)
+                    self._returned[param] = (weakref.ref(grad), grad._version)
 
     def discard_grads(self) -> None:
         """Drop the copies' gradients (those of a failed step: they must not join the next)."""

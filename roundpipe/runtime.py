@@ -354,7 +354,9 @@ class RoundPipe(nn.Module):
         else:
             # Waited for at once, so it runs on this thread when the optimizer thread is
             # idle: no hand-off, and the gradients it frees go back to this thread's memory.
+            # Its own buffers come back; those of an asynchronous step before it are freed.
             self._last_step = None
+            self._step_in_flight = None
             finished = step_call
             self._run_synchronous_step(step_call, previous_failure)
         if finished is not None:
@@ -389,6 +391,11 @@ class RoundPipe(nn.Module):
         the wait raises a step function's error (not after an interrupt: the optimizer may
         still be writing them)."""
         failure = self._await_step(self._last_step, lambda: self._wait_for_optimizer(reason), _WEIGHTS_TAKEN)
+        # The last asynchronous step has finished: the buffers it released go back to the
+        # parameters that have no gradient now (the rest are freed), not to a later step.
+        finished, self._step_in_flight = self._step_in_flight, None
+        if finished is not None:
+            self._copies.hand_back_grads(finished.released)
         if self._copies.created:
             self._copies.copy_to_model()
         if failure is not None:
