@@ -65,7 +65,8 @@ def split_inputs(
     """Split positional and keyword inputs into microbatches.
 
     Returns ``(args_per_microbatch, kwargs_per_microbatch, batch_size)``; ``batch_size`` is
-    None when no input tensor has a batch dimension or a custom splitter was used.
+    None when no input tensor has a batch dimension, a custom splitter was used, or
+    ``num_microbatch`` is 1 (the inputs are not even walked then).
     """
     args = tuple(args)
     kwargs = dict(kwargs)
@@ -78,11 +79,13 @@ def split_inputs(
                 f"got {len(arg_chunks)} args and {len(kwarg_chunks)} kwargs chunks"
             )
         return [tuple(a) for a in arg_chunks], [dict(k) for k in kwarg_chunks], None
+    if num_microbatch == 1:  # nothing to split, and no label to align with the inputs
+        return [args], [kwargs], None
     arg_leaves, arg_tree = tree_flatten(args)
     kwarg_leaves, kwarg_tree = tree_flatten(kwargs)
     positional_batch = _first_batch_size(arg_leaves)
     batch = positional_batch if positional_batch is not None else _first_batch_size(kwarg_leaves)
-    if num_microbatch == 1 or batch is None or batch <= 1:
+    if batch is None or batch <= 1:
         return [args], [kwargs], batch
     count = min(num_microbatch, batch)
     if spec is not None and spec != (None, None):

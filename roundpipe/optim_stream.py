@@ -197,6 +197,9 @@ class _OptimizerStream:
                 self._running = None
                 self._completed = job.seq
                 self._cond.notify_all()
+            # Not kept while idle: the finished job's callable, arguments and result (a
+            # step's released gradient buffers) belong to whoever holds the job, if anyone.
+            del job
 
     def _run(self, job: Job) -> None:
         try:

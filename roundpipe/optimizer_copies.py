@@ -13,10 +13,9 @@ optimizer frees is not reused by the main stream too early.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import weakref
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -44,8 +43,9 @@ class OptimizerCopies:
         self._names: List[str] = []  # the module's name for each pair's parameter
         # Buffers given back by hand_back_grads that no backward has delivered a gradient
         # into since (the post-accumulate hook drops the entry), with their version counter
-        # at that moment: one still at that version is still zero.
-        self._returned: Dict[nn.Parameter, Tuple[torch.Tensor, int]] = {}
+        # at that moment: one still at that version is still zero. Held weakly, so a buffer
+        # the caller drops from ``param.grad`` is freed at once, as in the plain loop.
+        self._returned: Dict[nn.Parameter, Tuple[weakref.ref[torch.Tensor], int]] = {}
         # Given-back buffers taken off their parameters around a backward, until it either
         # delivers the parameter's gradient (then the buffer is freed) or ends (then the
         # buffer goes back).
@@ -136,7 +136,7 @@ class OptimizerCopies:
                 returned = self._returned.pop(param, None)
                 if grad is None:
                     continue
-                if returned is not None and returned[0] is grad:
+                if returned is not None and returned[0]() is grad:
                     self._returned[param] = returned  # no gradient arrived: the copy gets none
                     continue
                 copy = copy_of.get(param)
@@ -191,11 +191,10 @@ class OptimizerCopies:
         for param, grad in released.items():
             if param.grad is None and param in self._copy_of:
                 param.grad = grad
-                self._returned[param] = (grad, grad._version)
+                self._returned[param] = (weakref.ref(grad), grad._version)
         released.clear()
 
-    @contextlib.contextmanager
-    def backward_stores_gradients(self) -> Iterator[None]:
+    def backward_stores_gradients(self) -> ContextManager[None]:
         """Around a backward pass: the backward stores each gradient it computes, rather than
         adding it into a zeroed buffer from :meth:`hand_back_grads`.
 
@@ -212,9 +211,14 @@ class OptimizerCopies:
         back, still zero and still recorded as given back (no allocation, no fill), so what
         a caller sees and what :meth:`hand_over_grads` does are as if it had stayed.
         """
+        return _StoringBackward(self)
+
+    def _take_untouched_buffers(self) -> None:
+        """Entering :meth:`backward_stores_gradients`: take the given-back buffers off."""
         for param in list(self._returned):
-            grad, version = self._returned[param]
-            if param.grad is not grad or grad._version != version:
+            buffer, version = self._returned[param]
+            grad = param.grad
+            if grad is None or grad is not buffer() or grad._version != version:
                 continue
             del self._returned[param]
             param.grad = None
@@ -222,16 +226,19 @@ class OptimizerCopies:
                 self._held[param] = grad
             else:
                 param.grad = grad
-                self._returned[param] = (grad, version)
+                self._returned[param] = (buffer, version)
             del grad
-        try:
-            yield
-        finally:
-            held, self._held = self._held, {}
-            for param, grad in held.items():
-                if param.grad is None:
-                    param.grad = grad
-                    self._returned[param] = (grad, grad._version)
+
+    def _give_back_held_buffers(self) -> None:
+        """Leaving :meth:`backward_stores_gradients`: a parameter the backward gave no
+        gradient gets its taken buffer back."""
+        if not self._held:
+            return
+        held, self._held = self._held, {}
+        for param, grad in held.items():
+            if param.grad is None:
+                param.grad = grad
+                self._returned[param] = (weakref.ref(grad), grad._version)
 
     def discard_grads(self) -> None:
         """Drop the copies' gradients (those of a failed step: they must not join the next)."""
@@ -257,6 +264,22 @@ class OptimizerCopies:
         self._copy_of = dict(self._pairs)
         with torch.no_grad():
             torch._foreach_copy_(self._copy_side, self._model_side)
+
+
+class _StoringBackward:
+    """The context manager of :meth:`OptimizerCopies.backward_stores_gradients` (a class,
+    not a generator: it runs around every ``forward_backward``)."""
+
+    __slots__ = ("_copies",)
+
+    def __init__(self, copies: OptimizerCopies) -> None:
+        self._copies = copies
+
+    def __enter__(self) -> None:
+        self._copies._take_untouched_buffers()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._copies._give_back_held_buffers()
 
 
 def _refs_seen_by_a_callee(tensor: torch.Tensor) -> int:

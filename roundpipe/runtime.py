@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Tuple, Union
 
 import torch
 from torch import nn
@@ -71,12 +71,13 @@ def _loss_tensors(loss: Any, microbatch: int) -> List[torch.Tensor]:
     return tensors
 
 
-def _sum_detached(total: Optional[List[torch.Tensor]], tensors: List[torch.Tensor]):
-    """Add this microbatch's losses (detached, on CPU) to the running sums, from zero."""
-    values = [t.detach().to("cpu") for t in tensors]
+def _sum_detached(total: Optional[List[torch.Tensor]], tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Add this microbatch's losses (detached, on CPU) to the running sums. The first
+    microbatch's losses start the sums as copies (never the loss tensors' own memory),
+    so one microbatch returns exactly its loss, a negative zero included."""
     if total is None:
-        total = [torch.zeros_like(v) for v in values]
-    return [t + v for t, v in zip(total, values)]
+        return [t.detach().to("cpu", copy=True) for t in tensors]
+    return [s + t.detach().to("cpu") for s, t in zip(total, tensors)]
 
 
 class RoundPipe(nn.Module):
@@ -237,7 +238,7 @@ class RoundPipe(nn.Module):
             sequence_loss = isinstance(loss, (list, tuple))
             tensors = _loss_tensors(loss, index)
             # The first backward stores its gradients instead of adding them into zeros.
-            stores = self._copies.backward_stores_gradients() if index == 0 else contextlib.nullcontext()
+            stores = self._copies.backward_stores_gradients() if index == 0 else _NOTHING
             with _autocast_off(), stores:  # as torch recommends: backward runs outside autocast
                 torch.autograd.backward(tensors)
             total = _sum_detached(total, tensors)
@@ -354,7 +355,9 @@ class RoundPipe(nn.Module):
         else:
             # Waited for at once, so it runs on this thread when the optimizer thread is
             # idle: no hand-off, and the gradients it frees go back to this thread's memory.
+            # Its own buffers come back; those of an asynchronous step before it are freed.
             self._last_step = None
+            self._step_in_flight = None
             finished = step_call
             self._run_synchronous_step(step_call, previous_failure)
         if finished is not None:
@@ -389,6 +392,11 @@ class RoundPipe(nn.Module):
         the wait raises a step function's error (not after an interrupt: the optimizer may
         still be writing them)."""
         failure = self._await_step(self._last_step, lambda: self._wait_for_optimizer(reason), _WEIGHTS_TAKEN)
+        # The last asynchronous step has finished: the buffers it released go back to the
+        # parameters that have no gradient now (the rest are freed), not to a later step.
+        finished, self._step_in_flight = self._step_in_flight, None
+        if finished is not None:
+            self._copies.hand_back_grads(finished.released)
         if self._copies.created:
             self._copies.copy_to_model()
         if failure is not None:
@@ -452,14 +460,19 @@ class RoundPipe(nn.Module):
         return super().named_parameters(prefix, recurse, remove_duplicate)
 
 
-def _autocast_off() -> contextlib.ExitStack:
+_NOTHING = contextlib.nullcontext()  # stateless, reusable
+
+
+def _autocast_off() -> ContextManager[object]:
     """Disable every autocast the caller has enabled (CPU and CUDA), for the backward pass:
     ``forward_backward`` runs inside the caller's ``with torch.autocast(...)``, but the
     original script ran ``backward()`` after that block."""
+    enabled = [device_type for device_type in ("cpu", "cuda") if _autocast_enabled(device_type)]
+    if not enabled:
+        return _NOTHING
     stack = contextlib.ExitStack()
-    for device_type in ("cpu", "cuda"):
-        if _autocast_enabled(device_type):
-            stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
+    for device_type in enabled:
+        stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
     return stack
 
 

@@ -207,6 +207,24 @@ def test_one_microbatch_is_a_plain_call_bitwise():
     assert torch.equal(model.forward_backward((x,), label=y, loss_fn=loss_of), ref.detach())
 
 
+@pytest.mark.parametrize("micro", [1, 2])
+def test_the_returned_loss_is_a_copy_that_keeps_the_sign_of_a_zero_loss(micro):
+    # The sum starts from the first microbatch's loss, not from zero (0 + -0.0 gives +0.0):
+    # one microbatch returns exactly what loss_fn returned, as the plain loop's loss.item()
+    # prints it, in memory of its own.
+    x, y = make_data(1)[0]
+    kept = []
+
+    def negative_zero_loss(out, _):
+        kept.append(-(out.sum() * 0).abs())
+        return kept[-1]
+
+    model = RoundPipe(make_net(), model_run_config=RoundPipeRunConfig(num_microbatch=micro))
+    loss = model.forward_backward((x,), label=y, loss_fn=negative_zero_loss)
+    assert loss.item() == 0 and bool(loss.signbit())
+    assert all(loss.untyped_storage().data_ptr() != k.untyped_storage().data_ptr() for k in kept)
+
+
 def test_label_batch_mismatch_is_an_error_not_a_silent_misalignment():
     x, y = make_data(1, batch=10)[0]
     model = RoundPipe(make_net(), model_run_config=RoundPipeRunConfig(num_microbatch=2))
