@@ -1,11 +1,11 @@
 """Each mixed-precision example runs on its own, prints per-step losses, and is deterministic."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from script_runs import run_python
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,13 +24,7 @@ ALLOWED_OTHER = re.compile(r"^(eval |saved|loaded)")
 
 
 def _run(name):
-    return subprocess.run(
-        [sys.executable, str(Path("examples") / name)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_python([Path("examples") / name], cwd=REPO_ROOT, timeout=60)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -1,0 +1,121 @@
+"""A Python that has imported torch once and forks a fresh child for each script it is asked
+to run (started by :func:`script_runs.run_python`; not a test module).
+
+Protocol, one JSON object a line: the client writes ``{"argv", "cwd", "env", "stdout",
+"stderr"}`` (``env`` differs from this process's only in what no startup code reads);
+this process forks, answers ``{"pid": ...}`` at once and ``{"returncode": ...}`` when the
+child has ended (``subprocess``'s convention: minus the signal's number when one killed it).
+The child runs ``argv[0]`` the way ``python argv[0] argv[1:]`` would: ``sys.argv`` as given,
+``sys.path[0]`` the script's folder, ``__main__`` a fresh module whose ``__file__`` is the
+absolute path, the traceback of an uncaught exception on stderr with exit code 1,
+``SystemExit``'s code, then the interpreter's own shutdown order (non-daemon threads joined,
+``atexit`` callbacks, streams flushed). The only difference a program can see is that torch
+(and what torch imports) is already in ``sys.modules``.
+
+At startup it checks that importing torch left only this one Python thread (forking copies
+the calling thread only; the native BLAS pool numpy starts re-makes itself after a fork); the
+first line it writes says whether that held.
+"""
+
+import atexit
+import builtins
+import importlib.machinery
+import json
+import os
+import signal
+import sys
+import threading
+import types
+
+import torch  # noqa: F401 - the point: every child starts with torch imported
+
+
+def _exit_code(exit: SystemExit) -> int:
+    """The process exit status ``python`` gives for ``raise SystemExit(code)``."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
+def _run_main(script: str) -> int:
+    """Run ``script`` as ``__main__`` in this (forked) process; its exit status."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=script,
+        __cached__=None,
+        __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", script),
+    )
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        with open(script, "rb") as source:
+            code = compile(source.read(), script, "exec")
+        exec(code, main.__dict__)
+    except SystemExit as exit:
+        status = _exit_code(exit)
+    except BaseException as error:  # noqa: BLE001 - reported as the interpreter reports it
+        # Drop this function's frame: the traceback starts at the script, as python's does.
+        traceback = error.__traceback__.tb_next if error.__traceback__ is not None else None
+        sys.excepthook(type(error), error.with_traceback(traceback), traceback)
+        if isinstance(error, KeyboardInterrupt):
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        status = 1
+    threading._shutdown()  # type: ignore[attr-defined] - what Py_Finalize does first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - python exits 120 when the final flush fails
+            status = 120
+    return status
+
+
+def _child(request: dict) -> None:
+    """In the forked child: take the request's folder, streams and argv, run, never return."""
+    status = 1
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for fd, (name, flags) in enumerate(
+            [(os.devnull, os.O_RDONLY), (request["stdout"], os.O_WRONLY), (request["stderr"], os.O_WRONLY)]
+        ):
+            opened = os.open(name, flags)
+            os.dup2(opened, fd)
+            os.close(opened)
+        script = os.path.abspath(request["argv"][0])
+        sys.argv = list(request["argv"])
+        sys.path[0] = os.path.dirname(script)
+        status = _run_main(script)
+    except BaseException:  # noqa: BLE001 - the setup failed: say why, exit 1
+        sys.excepthook(*sys.exc_info())
+    finally:
+        os._exit(status)
+
+
+def _answer(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def serve() -> None:
+    """Answer requests from stdin until it closes."""
+    _answer({"ready": threading.active_count() == 1})
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request)
+        _answer({"pid": pid})
+        _, wait_status = os.waitpid(pid, 0)
+        _answer({"returncode": os.waitstatus_to_exitcode(wait_status)})
+
+
+if __name__ == "__main__":
+    serve()
