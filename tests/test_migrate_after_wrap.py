@@ -343,3 +343,64 @@ def test_gradients_read_after_an_optimizer_wrappers_step_are_refused(tmp_path):
         status = cli.main(["--exact", "-o", str(tmp_path / "out"), str(project)])
     assert status == 1 and not list((tmp_path / "out").rglob("*.py"))
     assert "RPM140 `gn = sum(p.grad.norm().item()" in err.getvalue(), err.getvalue()
+
+
+GRAD_HELPER = """
+
+def grad_total(model):
+    return sum(p.grad.norm().item() for p in model.parameters() if p.grad is not None)
+
+
+def logged(model):
+    return grad_total(model)
+
+
+def weight_total(model):
+    return sum(p.norm().item() for p in model.parameters())
+"""
+
+
+def _with_helpers(source: str) -> str:
+    return source.replace("\n\ndef main():", GRAD_HELPER + "\n\ndef main():")
+
+
+@pytest.mark.parametrize("helper", ["grad_total", "logged"])
+def test_a_helper_reading_gradients_after_the_step_is_refused(helper):
+    """The helper's read migrated before and printed other numbers under --exact."""
+    source = _with_helpers(PROGRAM).replace("        print(f", f"        gn = {helper}(model)\n        print(f")
+    _refused(source, "RPM140", f"{helper}(model)")
+
+
+def test_a_helper_reading_gradients_after_a_step_function_is_refused():
+    source = _with_helpers(CALLER).replace("#AFTER#", "gn = logged(model)").replace("#BEFORE#", "pass")
+    _refused(source.replace("#TOP#", "pass"), "RPM140", "logged(model)")
+
+
+def test_a_method_reading_gradients_after_the_step_is_refused():
+    source = TRAINER.replace(
+        "            gn = sum(p.grad.norm().item() for p in self.model.parameters())\n",
+        "            gn = self.grad_total()\n",
+    ).replace(
+        "    def fit(self):",
+        "    def grad_total(self):\n        return sum(p.grad.norm().item() for p in self.model.parameters())\n\n"
+        "    def fit(self):",
+    )
+    _refused(source, "RPM140", "self.grad_total()")
+
+
+@pytest.mark.parametrize(
+    "where, call",
+    [
+        ("        scaler.step(optimizer)", "gn = grad_total(model)"),  # between the backward and the step
+        ("        print(f", "wn = weight_total(model)"),  # weights, not gradients
+    ],
+)
+def test_helpers_reading_what_the_step_leaves_alone_migrate_with_the_same_numbers(where, call, tmp_path):
+    source = _with_helpers(PROGRAM).replace(where, f"        {call}\n{where}", 1)
+    shown = call.partition(" =")[0]
+    source = source.replace('{loss.item():.6f}")', f'{{loss.item():.6f}} {{{shown}:.6f}}")')
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    original = _run(source, tmp_path, "original")
+    assert original.count("step ") == 4
+    assert _run(result.migrated, tmp_path, "migrated") == original
