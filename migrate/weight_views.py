@@ -11,7 +11,10 @@ its modules or parameters, a view of one, or a container of them; what is done t
 for the caller to judge.
 
 Each holder comes with ``is_root``: True for a name that holds weights by itself (the model
-read, a loop variable, an alias), where binding the name again is not a write.
+read, a loop variable, an alias), where binding the name again is not a write; and with
+``tensor``: True when it is known to hold tensors, not modules (reached through
+``parameters()``, ``state_dict()``, ``.data``, a tensor view), where a cast (``.float()``)
+makes a new tensor instead of changing the weights.
 """
 
 from __future__ import annotations
@@ -62,6 +65,19 @@ _HANDING_METHODS = {
     "cpu",
     "cuda",
 }
+# The handing methods whose result holds modules (or what it held before); the others hold tensors.
+_MODULE_METHODS = {
+    "modules",
+    "named_modules",
+    "children",
+    "named_children",
+    "get_submodule",
+    "values",
+    "items",
+    "to",
+    "cpu",
+    "cuda",
+}
 # Builtins whose result holds what they are given: the first argument of ``getattr``,
 # every argument of the others; ``zip`` and ``enumerate`` put it at one place of a tuple.
 _HANDING_BUILTINS = {"next", "iter", "list", "tuple", "dict", "filter", "reversed", "sorted", "getattr"}
@@ -71,11 +87,13 @@ _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
 class Holder(NamedTuple):
     """An expression holding the model's weights; ``is_root``: a name holding them by
-    itself; ``loop``: the outermost ``for`` statement it was reached through, if any."""
+    itself; ``loop``: the outermost ``for`` statement it was reached through, if any;
+    ``tensor``: it holds tensors, not modules."""
 
     expression: cst.BaseExpression
     is_root: bool
     loop: Optional[cst.For] = None
+    tensor: bool = False
 
 
 def weight_holders(facts: ModuleFacts, read: cst.BaseExpression) -> Iterator[Holder]:
@@ -90,7 +108,7 @@ def weight_holders(facts: ModuleFacts, read: cst.BaseExpression) -> Iterator[Hol
         seen.add(id(holder.expression))
         yield holder
         for reached in _next_holders(facts, holder.expression, element=None):
-            pending.append(reached._replace(loop=holder.loop or reached.loop))
+            pending.append(reached._replace(loop=holder.loop or reached.loop, tensor=holder.tensor or reached.tensor))
 
 
 def _next_holders(facts: ModuleFacts, held: cst.BaseExpression, element: Optional[int]) -> Iterator[Holder]:
@@ -101,9 +119,9 @@ def _next_holders(facts: ModuleFacts, held: cst.BaseExpression, element: Optiona
         call = facts.parent(parent)
         if isinstance(call, cst.Call) and call.func is parent:
             if parent.attr.value in _HANDING_METHODS:
-                yield Holder(call, False)
+                yield Holder(call, False, tensor=parent.attr.value not in _MODULE_METHODS)
         else:
-            yield Holder(parent, False)
+            yield Holder(parent, False, tensor=parent.attr.value == "data")
     elif isinstance(parent, cst.Subscript) and parent.value is held:
         yield Holder(parent, False)
     elif isinstance(parent, cst.Arg) and parent.value is held:

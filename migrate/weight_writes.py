@@ -71,7 +71,7 @@ def check_weight_write(facts: ModuleFacts, plan: Plan, access: cst.BaseExpressio
     for holder in weight_holders(facts, access):
         if holder.expression is not access and _in_step(facts, plan, holder.expression):
             continue
-        write = _write_at(facts, holder.expression, holder.is_root)
+        write = _write_at(facts, holder.expression, holder.is_root, holder.tensor)
         if write is not None:
             _refuse(facts, write, holder.loop, name)
 
@@ -81,16 +81,17 @@ def _in_step(facts: ModuleFacts, plan: Plan, node: cst.CSTNode) -> bool:
     return any(facts.within(node, statement) for statement in plan.step_statements)
 
 
-def _write_at(facts: ModuleFacts, held: cst.BaseExpression, is_root: bool) -> Optional[cst.CSTNode]:
+def _write_at(facts: ModuleFacts, held: cst.BaseExpression, is_root: bool, tensor: bool) -> Optional[cst.CSTNode]:
     """The node that writes the weights ``held`` holds by its nearest use, else None; a name
-    holding them by itself (``is_root``) is not written by binding it again."""
+    holding them by itself (``is_root``) is not written by binding it again, nor tensors
+    (``tensor``) by a cast, which makes new ones."""
     parent = facts.parent(held)
     call = facts.parent(parent)
     if isinstance(parent, cst.Attribute) and isinstance(call, cst.Call) and call.func is parent:
         method = parent.attr.value
         if method in _WRITING_METHODS or (method.endswith("_") and method not in _NOT_WRITES):
             return call
-        if method in _CASTS or (method == "to" and _casts_dtype(call)):
+        if not tensor and (method in _CASTS or (method == "to" and _casts_dtype(call))):
             return call
     if isinstance(parent, cst.Arg) and parent.value is held and isinstance(call, cst.Call):
         if _writes_argument(facts, call, parent):

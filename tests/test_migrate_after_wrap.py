@@ -184,6 +184,7 @@ WEIGHT_READS = {
     "flattened-copy-written": "vec = nn.utils.parameters_to_vector(model.parameters())\nvec.mul_(2)",
     "enumerated-shapes": "for i, p in enumerate(model.parameters()):\n    shape = (i, p.shape)",
     "norm-written": "norm = model.head.weight.norm()\nnorm.mul_(2)",
+    "cast-of-a-parameter": "weight = next(model.parameters()).float().sum().item()",
     "state-dict-cloned": "frozen = {k: v.clone() for k, v in model.state_dict().items()}",
 }
 
