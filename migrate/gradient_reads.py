@@ -9,8 +9,9 @@ model), as do reads in statements that move into the step function.
 
 The functions holding a migrated step are looked at, and so are their callers in the file
 (``loss = train_step(model, ...)`` then ``p.grad.norm()``), and theirs: a read after such a
-call, or in a loop around it, counts as after the step. A helper called after the step
-that reads gradients is not seen.
+call, or in a loop around it, counts as after the step. So does a helper of the file
+called there that reads gradients inside itself (``log_grads(model)``, followed a few
+calls deep: :mod:`migrate.helper_reads`); the report is at the call and names the read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Dict, Iterator, List, Set, Union
 
 import libcst as cst
 
+from .helper_reads import gradient_read_in
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .syntax import code
@@ -45,6 +47,9 @@ def check_gradient_reads(facts: ModuleFacts, plan: Plan) -> None:
         for attribute in _grad_reads(facts, holder, plan):
             if _after_a_step(facts.order(attribute), backwards, moved[key]):
                 _refuse(facts, attribute)
+        for call in _helper_calls(facts, holder, plan):
+            if _after_a_step(facts.order(call), backwards, moved[key]):
+                _refuse_helper(facts, plan, call)
     for call in _calls_of_holders(facts, [h for h in holders.values() if isinstance(h, cst.FunctionDef)]):
         check_gradient_reads_after_call(facts, plan, call)
 
@@ -61,6 +66,11 @@ def check_gradient_reads_after_call(facts: ModuleFacts, plan: Plan, call: cst.Ca
             continue  # a nested function's read: not made at this call
         if facts.order(attribute) > facts.order(call) or any(facts.within(attribute, loop) for loop in loops):
             _refuse(facts, attribute)
+    for helper in _helper_calls(facts, caller, plan):
+        if helper is call or facts.enclosing(helper, (cst.FunctionDef,)) is not own:
+            continue
+        if facts.order(helper) > facts.order(call) or any(facts.within(helper, loop) for loop in loops):
+            _refuse_helper(facts, plan, helper)
 
 
 def _grad_reads(facts: ModuleFacts, holder: Holder, plan: Plan) -> Iterator[cst.Attribute]:
@@ -70,6 +80,16 @@ def _grad_reads(facts: ModuleFacts, holder: Holder, plan: Plan) -> Iterator[cst.
             continue
         if not any(facts.within(attribute, s) for s in plan.step_statements):
             yield attribute
+
+
+def _helper_calls(facts: ModuleFacts, holder: Holder, plan: Plan) -> Iterator[cst.Call]:
+    """The calls under ``holder``, outside the statements moved into a step, that run a
+    helper of the file reading gradients."""
+    for call in facts.subtree(holder, cst.Call):
+        if any(facts.within(call, s) for s in plan.step_statements):
+            continue
+        if gradient_read_in(facts, plan, call) is not None:
+            yield call
 
 
 def _calls_of_holders(facts: ModuleFacts, holders: List[cst.FunctionDef]) -> List[cst.Call]:
@@ -113,6 +133,18 @@ def _refuse(facts: ModuleFacts, attribute: cst.Attribute) -> None:
         f"`{code(facts.statement_of(attribute)).strip()}` reads gradients after the optimizer "
         "step; once migrated, model.step has handed them to the optimizer copies, so this "
         "would read other values; read them before the step, or migrate by hand",
+    )
+
+
+def _refuse_helper(facts: ModuleFacts, plan: Plan, call: cst.Call) -> None:
+    read = gradient_read_in(facts, plan, call)
+    assert read is not None
+    raise Blocked(
+        call,
+        "RPM140",
+        f"`{code(call.func)}(...)` reads gradients (`{code(facts.statement_of(read)).strip().splitlines()[0]}`, "
+        f"line {facts.line(read)}) after the optimizer step; once migrated, model.step has handed them to "
+        "the optimizer copies, so it would read other values; call it before the step, or migrate by hand",
     )
 
 

@@ -2,16 +2,19 @@
 
 ``roundpipe.RoundPipe`` keeps the optimizer's copies of the weights; once the optimizer is
 built on them, a main-thread write into the model's own parameters changes the model but not
-the copies, and the next step writes the copies back over it (RPM141). A write is, on a chain
-of attributes rooted at the wrapped model (``model.head.bias``) or at the variable of a loop
-over its ``parameters()``/``named_parameters()``/``modules()``/``named_modules()``/
-``children()``/``named_children()``:
+the copies, and the next step writes the copies back over it (RPM141). A write is a use of
+an expression holding the model's weights (the model, ``model.head.bias``,
+``model.get_submodule("fc").weight``, ``next(model.parameters())``, a name bound to one, the
+variable of a loop over ``model.parameters()``: see :mod:`migrate.weight_views`):
 
 - an in-place method (a name ending in ``_``, ``requires_grad_`` aside), ``reset_parameters()``
   or ``apply(...)``;
 - an assignment or augmented assignment to an attribute or subscript of it (``.data = ...``),
   or an augmented assignment to the loop variable itself (``p *= 0.5``);
-- the chain handed to a ``torch.nn.init`` function;
+- the expression handed to a ``torch.nn.init`` function, as the first argument of an in-place
+  ``torch`` function (``torch._foreach_mul_``) or of one reparametrizing a module
+  (``torch.nn.utils.parametrize``, ``prune``, ``weight_norm``, ``spectral_norm``), or as the
+  parameters of ``torch.nn.utils.vector_to_parameters``;
 - a cast of its floating-point type (``.half()``, ``.float()``, ``.double()``,
   ``.bfloat16()``, ``.type(...)``, ``.to(...)`` given a ``torch`` dtype or ``dtype=``): the
   copies keep their type, so the model would train in another precision than the original.
@@ -32,11 +35,19 @@ import libcst as cst
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .syntax import code
+from .weight_views import weight_holders
 
 __all__ = ["check_weight_write"]
 
 _INIT = "torch.nn.init."
-_LOOPED = {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"}
+_REPARAMETRIZING = (
+    "torch.nn.utils.parametrize.",
+    "torch.nn.utils.prune.",
+    "torch.nn.utils.parametrizations.",
+    "torch.nn.utils.weight_norm",
+    "torch.nn.utils.spectral_norm",
+)
+_VECTOR_TO_PARAMETERS = "torch.nn.utils.vector_to_parameters"
 _WRITING_METHODS = {"apply", "reset_parameters"}
 _NOT_WRITES = {"requires_grad_"}
 _CASTS = {"half", "float", "double", "bfloat16", "type"}
@@ -45,9 +56,9 @@ _DTYPES = {"float16", "half", "float32", "float", "float64", "double", "bfloat16
 
 def check_weight_write(facts: ModuleFacts, plan: Plan, access: cst.BaseExpression, name: str) -> None:
     """Raise :class:`Blocked` (RPM141) when ``access`` (a read of the wrapped model ``name``
-    after the wrap) is the start of an in-place write of its weights, or (RPM142) when it is
+    after the wrap) reaches an in-place write of its weights, or (RPM142) when it is
     subscripted."""
-    if any(facts.within(access, statement) for statement in plan.step_statements):
+    if _in_step(facts, plan, access):
         return
     parent = facts.parent(access)
     if isinstance(parent, cst.Subscript) and parent.value is access:
@@ -57,56 +68,61 @@ def check_weight_write(facts: ModuleFacts, plan: Plan, access: cst.BaseExpressio
             f"`{code(parent)}` indexes {name!r}, which is a RoundPipe model after the wrap, not a "
             f"container of its layers; index the wrapped module ({name}.model[...]) or migrate by hand",
         )
-    top = _chain_top(facts, access)
-    write = _write_at(facts, top, is_root=top is access)
-    if write is not None:
-        _refuse(facts, write, name)
-    loop = _loop_over(facts, top)
-    if loop is not None:
-        target = loop.target.elements[-1].value if isinstance(loop.target, cst.Tuple) else loop.target
-        if isinstance(target, cst.Name):
-            for use in facts.subtree(loop.body, cst.Name):
-                if use.value != target.value or _is_attribute_name(facts, use):
-                    continue
-                chained = _chain_top(facts, use)
-                if _write_at(facts, chained, is_root=chained is use) is not None or _augmented(facts, chained):
-                    _refuse(facts, loop, name)
+    for holder in weight_holders(facts, access):
+        if holder.expression is not access and _in_step(facts, plan, holder.expression):
+            continue
+        write = _write_at(facts, holder.expression, holder.is_root, holder.tensor)
+        if write is not None:
+            _refuse(facts, write, holder.loop, name)
 
 
-def _chain_top(facts: ModuleFacts, root: cst.BaseExpression) -> cst.BaseExpression:
-    """The outermost attribute or subscript read of ``root`` (``model.head.weight.data``)."""
-    expression = root
-    while True:
-        parent = facts.parent(expression)
-        if isinstance(parent, cst.Attribute) and parent.value is expression:
-            expression = parent
-        elif isinstance(parent, cst.Subscript) and parent.value is expression:
-            expression = parent
-        else:
-            return expression
+def _in_step(facts: ModuleFacts, plan: Plan, node: cst.CSTNode) -> bool:
+    """``node`` is in a statement moved into a step function (run on the copies' side)."""
+    return any(facts.within(node, statement) for statement in plan.step_statements)
 
 
-def _write_at(facts: ModuleFacts, top: cst.BaseExpression, is_root: bool) -> Optional[cst.CSTNode]:
-    """The node that writes through the chain ending at ``top``, else None; a bare root
-    (``is_root``: the model or loop variable itself) is written by a ``torch.nn.init`` call,
-    not by binding its name again."""
-    parent = facts.parent(top)
-    if isinstance(parent, cst.Call) and parent.func is top and isinstance(top, cst.Attribute):
-        method = top.attr.value
+def _write_at(facts: ModuleFacts, held: cst.BaseExpression, is_root: bool, tensor: bool) -> Optional[cst.CSTNode]:
+    """The node that writes the weights ``held`` holds by its nearest use, else None; a name
+    holding them by itself (``is_root``) is not written by binding it again, nor tensors
+    (``tensor``) by a cast, which makes new ones."""
+    parent = facts.parent(held)
+    call = facts.parent(parent)
+    if isinstance(parent, cst.Attribute) and isinstance(call, cst.Call) and call.func is parent:
+        method = parent.attr.value
         if method in _WRITING_METHODS or (method.endswith("_") and method not in _NOT_WRITES):
-            return parent
-        if method in _CASTS or (method == "to" and _casts_dtype(parent)):
-            return parent
-    call = facts.parent(parent) if isinstance(parent, cst.Arg) and parent.value is top else None
-    if isinstance(call, cst.Call) and facts.calls_prefix(call, [_INIT]):
-        return call
-    if is_root:
-        return None
-    if isinstance(parent, cst.AssignTarget) and parent.target is top:
+            return call
+        if not tensor and (method in _CASTS or (method == "to" and _casts_dtype(call))):
+            return call
+    if isinstance(parent, cst.Arg) and parent.value is held and isinstance(call, cst.Call):
+        if _writes_argument(facts, call, parent):
+            return call
+    if isinstance(parent, cst.AugAssign) and parent.target is held:
         return parent
-    if isinstance(parent, cst.AugAssign) and parent.target is top:
+    if not is_root and isinstance(parent, cst.AssignTarget) and parent.target is held:
         return parent
     return None
+
+
+def _writes_argument(facts: ModuleFacts, call: cst.Call, arg: cst.Arg) -> bool:
+    """``call`` writes what its argument ``arg`` holds (see the module's contract)."""
+    if facts.calls_prefix(call, [_INIT]):
+        return True
+    names = facts.qualified(call.func)
+    if call.args[0] is arg and any(_writes_first_argument(qualified) for qualified in names):
+        return True
+    if _VECTOR_TO_PARAMETERS in names:
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        return keyword == "parameters" or (keyword is None and call.args.index(arg) == 1)
+    return False
+
+
+def _writes_first_argument(qualified: str) -> bool:
+    """``torch.clamp_``, ``torch._foreach_add_``, ``torch.nn.utils.prune.l1_unstructured``:
+    a ``torch`` function writing (or reparametrizing) its first argument; the gradient
+    clipping functions write gradients, not weights."""
+    last = qualified.rpartition(".")[2]
+    in_place = qualified.startswith("torch.") and last.endswith("_") and not last.startswith("clip_grad")
+    return in_place or qualified.startswith(_REPARAMETRIZING)
 
 
 def _casts_dtype(call: cst.Call) -> bool:
@@ -121,34 +137,15 @@ def _casts_dtype(call: cst.Call) -> bool:
     return False
 
 
-def _augmented(facts: ModuleFacts, top: cst.BaseExpression) -> bool:
-    """``p *= 0.5``: an in-place operator on the parameter itself."""
-    parent = facts.parent(top)
-    return isinstance(parent, cst.AugAssign) and parent.target is top
-
-
-def _loop_over(facts: ModuleFacts, top: cst.BaseExpression) -> Optional[cst.For]:
-    """The ``for`` loop whose iterable is ``top()`` when ``top`` is one of :data:`_LOOPED`."""
-    parent = facts.parent(top)
-    if not (isinstance(top, cst.Attribute) and top.attr.value in _LOOPED):
-        return None
-    if not (isinstance(parent, cst.Call) and parent.func is top):
-        return None
-    loop = facts.parent(parent)
-    return loop if isinstance(loop, cst.For) and loop.iter is parent else None
-
-
-def _is_attribute_name(facts: ModuleFacts, name: cst.Name) -> bool:
-    """``x.p``: the attribute's name, not the variable ``p``."""
-    parent = facts.parent(name)
-    return isinstance(parent, cst.Attribute) and parent.attr is name
-
-
-def _refuse(facts: ModuleFacts, node: cst.CSTNode, name: str) -> None:
+def _refuse(facts: ModuleFacts, write: cst.CSTNode, loop: Optional[cst.For], name: str) -> None:
+    """Report ``write`` at the loop it was reached through (if any), naming the write."""
+    where = loop if loop is not None else write
+    shown = code(facts.statement_of(where)).strip().splitlines()[0]
+    written = "" if loop is None else f" (`{code(write).strip().splitlines()[0]}`)"
     raise Blocked(
-        node,
+        where,
         "RPM141",
-        f"`{code(facts.statement_of(node)).strip().splitlines()[0]}` writes the weights of {name!r} after "
-        "the RoundPipe wrap, when the optimizer already holds its own copies of them: the next step would "
-        "write the copies back over it; do it before the optimizer is built, or migrate by hand",
+        f"`{shown}` writes the weights of {name!r}{written} after the RoundPipe wrap, when the optimizer "
+        "already holds its own copies of them: the next step would write the copies back over it; do it "
+        "before the optimizer is built, or migrate by hand",
     )

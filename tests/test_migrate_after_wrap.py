@@ -106,6 +106,36 @@ WEIGHT_WRITES = {
     "cast-to-dtype": ("model.to(torch.float64)", "model.to(torch.float64)"),
     "cast-to-device-and-dtype": ('model.to("cpu", torch.bfloat16)', "torch.bfloat16"),
     "cast-to-dtype-keyword": ("model.to(dtype=torch.float16)", "dtype=torch.float16"),
+    # reached through a call, a builtin, a name or a comprehension (each migrated before with
+    # other numbers: the write missed the optimizer's copies)
+    "through-get-submodule": ('model.get_submodule("head").weight.data.mul_(0.5)', "get_submodule"),
+    "through-get-parameter": ('model.head.get_parameter("weight").data.fill_(0)', "get_parameter"),
+    "init-through-get-submodule": ('nn.init.zeros_(model.get_submodule("head").weight)', "nn.init.zeros_"),
+    "next-parameter": ("next(model.parameters()).data.mul_(0.5)", "next(model.parameters())"),
+    "listed-parameter": ("list(model.parameters())[0].data.mul_(0.5)", "list(model.parameters())[0]"),
+    "named-alias": ("w = model.head.weight\nw.data.mul_(0.5)", "w.data.mul_"),
+    "module-alias": ('head = model.get_submodule("head")\nhead.reset_parameters()', "head.reset_parameters"),
+    "listed-alias": ("params = list(model.parameters())\nparams[0].data.zero_()", "params[0]"),
+    "state-dict-tensor": ('model.state_dict()["head.bias"].zero_()', "state_dict()"),
+    "clipped-in-a-comprehension": ("[p.data.clamp_(-0.1, 0.1) for p in model.parameters()]", "clamp_"),
+    "clipped-filtered": (
+        "for p in filter(lambda q: q.dim() > 1, model.parameters()):\n    p.data.clamp_(-1, 1)",
+        "for p in",
+    ),
+    "clipped-enumerated": ("for i, p in enumerate(model.parameters()):\n    p.data.clamp_(-1, 1)", "for i, p in"),
+    "copied-under-no-grad": (
+        "with torch.no_grad():\n    for p in model.parameters():\n        p.copy_(p.clamp(-1, 1))",
+        "for p in",
+    ),
+    "vector-to-parameters": (
+        "nn.utils.vector_to_parameters(nn.utils.parameters_to_vector(model.parameters()) * 0.5, model.parameters())",
+        "vector_to_parameters",
+    ),
+    "foreach-in-place": ("torch._foreach_mul_(list(model.parameters()), 0.5)", "_foreach_mul_"),
+    "reparametrized": (
+        'nn.utils.parametrize.register_parametrization(model.head, "weight", nn.Identity())',
+        "register_",
+    ),
 }
 
 
@@ -136,6 +166,33 @@ def test_an_indexed_wrapped_model_is_refused():
 )
 def test_weights_written_before_the_optimizer_migrate_with_the_same_numbers(before, tmp_path):
     source = _program(before=before)
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    original = _run(source, tmp_path, "original")
+    assert original.count("step ") == 4
+    assert _run(result.migrated, tmp_path, "migrated") == original
+
+
+WEIGHT_READS = {
+    "ema-from-the-weights": (
+        "shadow = Net()\nwith torch.no_grad():\n    for e, p in zip(shadow.parameters(), model.parameters()):\n"
+        "        e.mul_(0.5).add_(p, alpha=0.5)"
+    ),
+    "counted": "n = sum(p.numel() for p in model.parameters())",
+    "cloned-then-written": "w = model.head.weight.clone()\nw.zero_()",
+    "device-of-the-first": "dev = next(model.parameters()).device",
+    "flattened-copy-written": "vec = nn.utils.parameters_to_vector(model.parameters())\nvec.mul_(2)",
+    "enumerated-shapes": "for i, p in enumerate(model.parameters()):\n    shape = (i, p.shape)",
+    "norm-written": "norm = model.head.weight.norm()\nnorm.mul_(2)",
+    "cast-of-a-parameter": "weight = next(model.parameters()).float().sum().item()",
+    "state-dict-cloned": "frozen = {k: v.clone() for k, v in model.state_dict().items()}",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(WEIGHT_READS))
+def test_weights_read_after_the_optimizer_migrate_with_the_same_numbers(shape, tmp_path):
+    """Reads of the weights (or writes of a copy of them) that look like the writes above."""
+    source = _program(after=WEIGHT_READS[shape])
     result = migrate_source(source, "train.py", exact=True)
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
     original = _run(source, tmp_path, "original")
@@ -287,3 +344,64 @@ def test_gradients_read_after_an_optimizer_wrappers_step_are_refused(tmp_path):
         status = cli.main(["--exact", "-o", str(tmp_path / "out"), str(project)])
     assert status == 1 and not list((tmp_path / "out").rglob("*.py"))
     assert "RPM140 `gn = sum(p.grad.norm().item()" in err.getvalue(), err.getvalue()
+
+
+GRAD_HELPER = """
+
+def grad_total(model):
+    return sum(p.grad.norm().item() for p in model.parameters() if p.grad is not None)
+
+
+def logged(model):
+    return grad_total(model)
+
+
+def weight_total(model):
+    return sum(p.norm().item() for p in model.parameters())
+"""
+
+
+def _with_helpers(source: str) -> str:
+    return source.replace("\n\ndef main():", GRAD_HELPER + "\n\ndef main():")
+
+
+@pytest.mark.parametrize("helper", ["grad_total", "logged"])
+def test_a_helper_reading_gradients_after_the_step_is_refused(helper):
+    """The helper's read migrated before and printed other numbers under --exact."""
+    source = _with_helpers(PROGRAM).replace("        print(f", f"        gn = {helper}(model)\n        print(f")
+    _refused(source, "RPM140", f"{helper}(model)")
+
+
+def test_a_helper_reading_gradients_after_a_step_function_is_refused():
+    source = _with_helpers(CALLER).replace("#AFTER#", "gn = logged(model)").replace("#BEFORE#", "pass")
+    _refused(source.replace("#TOP#", "pass"), "RPM140", "logged(model)")
+
+
+def test_a_method_reading_gradients_after_the_step_is_refused():
+    source = TRAINER.replace(
+        "            gn = sum(p.grad.norm().item() for p in self.model.parameters())\n",
+        "            gn = self.grad_total()\n",
+    ).replace(
+        "    def fit(self):",
+        "    def grad_total(self):\n        return sum(p.grad.norm().item() for p in self.model.parameters())\n\n"
+        "    def fit(self):",
+    )
+    _refused(source, "RPM140", "self.grad_total()")
+
+
+@pytest.mark.parametrize(
+    "where, call",
+    [
+        ("        scaler.step(optimizer)", "gn = grad_total(model)"),  # between the backward and the step
+        ("        print(f", "wn = weight_total(model)"),  # weights, not gradients
+    ],
+)
+def test_helpers_reading_what_the_step_leaves_alone_migrate_with_the_same_numbers(where, call, tmp_path):
+    source = _with_helpers(PROGRAM).replace(where, f"        {call}\n{where}", 1)
+    shown = call.partition(" =")[0]
+    source = source.replace('{loss.item():.6f}")', f'{{loss.item():.6f}} {{{shown}:.6f}}")')
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    original = _run(source, tmp_path, "original")
+    assert original.count("step ") == 4
+    assert _run(result.migrated, tmp_path, "migrated") == original

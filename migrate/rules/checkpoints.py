@@ -17,9 +17,9 @@ RULE = Rule(
         ),
         Pattern(
             "an alias bound after the wrap (`raw_model = model`)",
-            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy (also a class of the file built on `AveragedModel`) refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115); a function or a `self.method(...)` the model is handed to is followed into; one changed for it and also called with another object (`evaluate(model)`, `evaluate(restored)`) refuses the file (RPM139); weights written in place after the optimizer is built (`nn.init.zeros_(model.head.bias)`, `for p in model.parameters(): p.mul_(s)`, `model.apply(init)`) refuse it (RPM141); so does indexing the wrapped model (`model[2]`, RPM142)",
+            "rewritten like the model: `raw_model.model.state_dict()`, synchronized before; an alias bound before the wrap and used after it, `model.module`, `torch.compile(model)`, an EMA or averaged copy (also a class of the file built on `AveragedModel`) refuse the file (RPM114); a second, plain `loss.backward()` loop refuses it too (RPM115); a function or a `self.method(...)` the model is handed to is followed into; one changed for it and also called with another object (`evaluate(model)`, `evaluate(restored)`) refuses the file (RPM139); weights written in place after the optimizer is built (`nn.init.zeros_(model.head.bias)`, `for p in model.parameters(): p.mul_(s)`, `model.apply(init)`), also through a call, a builtin, a name or a comprehension (`model.get_submodule('fc').weight.zero_()`, `next(model.parameters()).data.mul_(s)`, `w = model.fc.weight; w.data.clamp_(-c, c)`, `vector_to_parameters(v, model.parameters())`), refuse it (RPM141); so does indexing the wrapped model (`model[2]`, RPM142)",
             "包装之后绑定的别名（`raw_model = model`）",
-            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本（包括文件中基于 `AveragedModel` 的类）会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）；模型被传入的函数或 `self.method(...)` 会被跟进；为该模型而改写、又以别的对象调用的函数（`evaluate(model)`、`evaluate(restored)`）也会使文件被拒绝（RPM139）；在构建优化器之后原地写入权重（`nn.init.zeros_(model.head.bias)`、`for p in model.parameters(): p.mul_(s)`、`model.apply(init)`）也会（RPM141）；对被包装模型取下标（`model[2]`）也会（RPM142）",
+            "与模型一样改写：`raw_model.model.state_dict()`，并在其前同步；包装之前绑定、之后使用的别名、`model.module`、`torch.compile(model)`、EMA 或平均副本（包括文件中基于 `AveragedModel` 的类）会使文件被拒绝（RPM114）；另一个普通的 `loss.backward()` 循环也会（RPM115）；模型被传入的函数或 `self.method(...)` 会被跟进；为该模型而改写、又以别的对象调用的函数（`evaluate(model)`、`evaluate(restored)`）也会使文件被拒绝（RPM139）；在构建优化器之后原地写入权重（`nn.init.zeros_(model.head.bias)`、`for p in model.parameters(): p.mul_(s)`、`model.apply(init)`），包括经由调用、内置函数、变量名或推导式写入（`model.get_submodule('fc').weight.zero_()`、`next(model.parameters()).data.mul_(s)`、`w = model.fc.weight; w.data.clamp_(-c, c)`、`vector_to_parameters(v, model.parameters())`），也会（RPM141）；对被包装模型取下标（`model[2]`）也会（RPM142）",
         ),
     ),
     examples=(
@@ -65,6 +65,25 @@ RULE = Rule(
         Example(
             'import torch\n\n\ndef main(batches):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    torch.nn.init.zeros_(model.bias)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             codes=("RPM141",),
+        ),
+        Example(
+            'import torch\n\n\ndef main(batches):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        WRITE\n'.replace(
+                "WRITE", 'model.get_parameter("bias").data.zero_()'
+            ),
+            codes=("RPM141",),
+        ),
+        Example(
+            'import torch\n\n\ndef main(batches):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        WRITE\n'.replace(
+                "WRITE",
+                "for p in filter(lambda q: q.dim() > 1, model.parameters()):\n            p.data.clamp_(-0.01, 0.01)",
+            ),
+            codes=("RPM141",),
+        ),
+        Example(
+            'import torch\n\n\ndef main(batches):\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        WRITE\n'.replace(
+                "WRITE", "n = sum(p.numel() for p in model.parameters())"
+            ),
+            expect=("        n = sum(p.numel() for p in model.parameters())",),
         ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n    torch.save(model, "whole.pt")\n',
