@@ -20,11 +20,14 @@ from libcst.metadata import (
     BatchableMetadataProvider,
     CodePosition,
     CodeRange,
+    ExpressionContext,
+    ExpressionContextProvider,
     FunctionScope,
     PositionProvider,
     Scope,
-    ScopeProvider,
 )
+
+from .scopes import module_scopes
 
 __all__ = ["ModuleFacts", "SCALER_STATE_METHODS", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
@@ -92,8 +95,8 @@ class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst
     """Each node's (rank in source order, rank just past its subtree, parent).
 
     It depends on nothing, so libcst computes it in the batched traversal it makes anyway
-    before ScopeProvider (the one resolving ExpressionContextProvider) instead of in a
-    traversal of its own: a libcst traversal rebuilds every node and costs about as much
+    for ExpressionContextProvider (which :func:`migrate.scopes.module_scopes` reads) instead
+    of in a traversal of its own: a libcst traversal rebuilds every node and costs about as much
     as parsing the file.
     """
 
@@ -130,8 +133,10 @@ class ModuleFacts:
         # providers above: resolved alone (later, when a report asks), libcst follows their
         # codegen pass with a batched traversal that has nothing to compute, which costs
         # about as much again.
-        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider, PositionProvider])
-        self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
+        metadata = wrapper.resolve_many([ExpressionContextProvider, SourceOrderProvider, PositionProvider])
+        self._scopes = module_scopes(
+            self.module, cast(Mapping[cst.CSTNode, ExpressionContext], metadata[ExpressionContextProvider])
+        )
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
