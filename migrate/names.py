@@ -20,8 +20,6 @@ from libcst.metadata import (
     BatchableMetadataProvider,
     CodePosition,
     CodeRange,
-    ExpressionContext,
-    ExpressionContextProvider,
     FunctionScope,
     PositionProvider,
     Scope,
@@ -94,10 +92,9 @@ def _node_types(kind: type) -> Iterable[str]:
 class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
     """Each node's (rank in source order, rank just past its subtree, parent).
 
-    It depends on nothing, so libcst computes it in the batched traversal it makes anyway
-    for ExpressionContextProvider (which :func:`migrate.scopes.module_scopes` reads) instead
-    of in a traversal of its own: a libcst traversal rebuilds every node and costs about as much
-    as parsing the file.
+    Resolved with PositionProvider, whose round makes a batched traversal anyway: one
+    batched traversal for both (a libcst traversal rebuilds every node and costs about as
+    much as parsing the file).
     """
 
     _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
@@ -133,10 +130,8 @@ class ModuleFacts:
         # providers above: resolved alone (later, when a report asks), libcst follows their
         # codegen pass with a batched traversal that has nothing to compute, which costs
         # about as much again.
-        metadata = wrapper.resolve_many([ExpressionContextProvider, SourceOrderProvider, PositionProvider])
-        self._scopes = module_scopes(
-            self.module, cast(Mapping[cst.CSTNode, ExpressionContext], metadata[ExpressionContextProvider])
-        )
+        metadata = wrapper.resolve_many([SourceOrderProvider, PositionProvider])
+        self._scopes = module_scopes(self.module)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
