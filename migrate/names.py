@@ -178,6 +178,18 @@ class ModuleFacts:
         start, end, _ = self._source[node]
         return [found for found in self._nodes[start:end] if isinstance(found, kind)]
 
+    def find_under(self, root: cst.CSTNode, kind: Union[Type[N], Tuple[Type[N], ...]]) -> List[N]:
+        """The nodes of type ``kind`` at or under ``root`` in source order, where ``root`` may
+        also be a tree made from this module by edits (what
+        ``libcst.matchers.findall(root, m.TypeOf(kind))`` finds): the subtrees kept from the
+        parsed tree are read off the source order, only the nodes the edits built are walked."""
+        if root in self._source:
+            return self.subtree(root, kind)
+        found: List[N] = [root] if isinstance(root, kind) else []
+        for child in root.children:
+            found.extend(self.find_under(child, kind))
+        return found
+
     def names_under(self, root: cst.CSTNode) -> Set[str]:
         """The values of the ``Name`` nodes at or under ``root``, which may also be a tree made
         from this module by edits (what ``libcst.matchers.findall(root, m.Name())`` finds):
