@@ -102,9 +102,7 @@ class ApexStepBuilder(StepBuilder):
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
     def model_calls(self, statement: cst.CSTNode, model: str) -> List[cst.Call]:  # type: ignore[override]
-        return [
-            call for call in m.findall(statement, m.Call()) if isinstance(call, cst.Call) and code(call.func) == model
-        ]
+        return [call for call in self.facts.find_under(statement, cst.Call) if code(call.func) == model]
 
     def zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         value = only_expression(statement)

@@ -11,6 +11,7 @@ Pure source analysis: never imports torch.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union, cast
 
@@ -23,12 +24,17 @@ from libcst.metadata import (
     FunctionScope,
     PositionProvider,
     Scope,
-    ScopeProvider,
 )
+
+from .scopes import module_scopes
 
 __all__ = ["ModuleFacts", "SCALER_STATE_METHODS", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
 N = TypeVar("N", bound=cst.CSTNode)
+
+#: Up to this many nodes, :meth:`ModuleFacts.subtree` scans a subtree node by node; a larger
+#: one (a whole function or module) is read off the ranks of each node type in it.
+_SCANNED_SUBTREE = 64
 
 SCALER_DEVICE_FIRST = {"torch.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 SCALER_LEGACY_CUDA = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
@@ -91,10 +97,9 @@ def _node_types(kind: type) -> Iterable[str]:
 class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
     """Each node's (rank in source order, rank just past its subtree, parent).
 
-    It depends on nothing, so libcst computes it in the batched traversal it makes anyway
-    before ScopeProvider (the one resolving ExpressionContextProvider) instead of in a
-    traversal of its own: a libcst traversal rebuilds every node and costs about as much
-    as parsing the file.
+    Resolved with PositionProvider, whose round makes a batched traversal anyway: one
+    batched traversal for both (a libcst traversal rebuilds every node and costs about as
+    much as parsing the file).
     """
 
     _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
@@ -130,8 +135,8 @@ class ModuleFacts:
         # providers above: resolved alone (later, when a report asks), libcst follows their
         # codegen pass with a batched traversal that has nothing to compute, which costs
         # about as much again.
-        metadata = wrapper.resolve_many([ScopeProvider, SourceOrderProvider, PositionProvider])
-        self._scopes = cast(Mapping[cst.CSTNode, Optional[Scope]], metadata[ScopeProvider])
+        metadata = wrapper.resolve_many([SourceOrderProvider, PositionProvider])
+        self._scopes = module_scopes(self.module)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
@@ -142,26 +147,31 @@ class ModuleFacts:
         """What several rules look for, read off :class:`SourceOrderProvider`: every node in
         source order with its parent and the extent of its subtree, every name, every
         ``x.backward(...)`` call, every import line."""
-        names: Set[str] = set()
-        backward_calls: List[cst.Call] = []
-        import_lines: List[cst.SimpleStatementLine] = []
         nodes: List[cst.CSTNode] = [self.module] * len(source)
         for node, (start, _, _) in source.items():
             nodes[start] = node
-        for node in nodes:
-            if isinstance(node, cst.Name):
-                names.add(node.value)
-            elif isinstance(node, cst.Call):
-                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
-                    backward_calls.append(node)
-            elif isinstance(node, cst.SimpleStatementLine):
-                if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
-                    import_lines.append(node)
+        ranks: Dict[type, List[int]] = {}
+        for rank, node in enumerate(nodes):
+            ranks.setdefault(type(node), []).append(rank)
         self._source = source
         self._nodes = nodes
-        self.all_names = names
-        self.backward_calls = backward_calls
-        self.import_lines = import_lines
+        self._ranks = ranks
+        self._types_of: Dict[object, List[type]] = {}
+        self.all_names = {cast(cst.Name, nodes[rank]).value for rank in ranks.get(cst.Name, ())}
+        self.backward_calls = [
+            call
+            for call in self._of_type(cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+        ]
+        self.import_lines = [
+            line
+            for line in self._of_type(cst.SimpleStatementLine)
+            if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in line.body)
+        ]
+
+    def _of_type(self, kind: Type[N]) -> List[N]:
+        """Every node of exactly type ``kind``, in source order."""
+        return [cast(N, self._nodes[rank]) for rank in self._ranks.get(kind, ())]
 
     # ------------------------------------------------------------------ basic lookups
     def qualified(self, node: cst.CSTNode) -> Set[str]:
@@ -176,7 +186,30 @@ class ModuleFacts:
         """The nodes of type ``kind`` at or under ``node`` (of the parsed tree), in source
         order: what ``libcst.matchers.findall(node, m.TypeOf(kind))`` finds, without a walk."""
         start, end, _ = self._source[node]
-        return [found for found in self._nodes[start:end] if isinstance(found, kind)]
+        if end - start <= _SCANNED_SUBTREE:
+            return [found for found in self._nodes[start:end] if isinstance(found, kind)]
+        types = self._types_of.get(kind)
+        if types is None:
+            types = self._types_of[kind] = [t for t in self._ranks if issubclass(t, kind)]
+        picked: List[int] = []
+        for t in types:
+            ranks = self._ranks[t]
+            picked.extend(ranks[bisect_left(ranks, start) : bisect_left(ranks, end)])
+        if len(types) > 1:
+            picked.sort()
+        return [cast(N, self._nodes[rank]) for rank in picked]
+
+    def find_under(self, root: cst.CSTNode, kind: Union[Type[N], Tuple[Type[N], ...]]) -> List[N]:
+        """The nodes of type ``kind`` at or under ``root`` in source order, where ``root`` may
+        also be a tree made from this module by edits (what
+        ``libcst.matchers.findall(root, m.TypeOf(kind))`` finds): the subtrees kept from the
+        parsed tree are read off the source order, only the nodes the edits built are walked."""
+        if root in self._source:
+            return self.subtree(root, kind)
+        found: List[N] = [root] if isinstance(root, kind) else []
+        for child in root.children:
+            found.extend(self.find_under(child, kind))
+        return found
 
     def names_under(self, root: cst.CSTNode) -> Set[str]:
         """The values of the ``Name`` nodes at or under ``root``, which may also be a tree made

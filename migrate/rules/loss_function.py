@@ -335,16 +335,17 @@ def _sum_reduced(step: "StepBuilder", statements: List[cst.BaseStatement]) -> bo
     """The loss sums over the batch (``reduction="sum"`` in it or in its criterion):
     then per-microbatch losses already add up and are not divided."""
 
+    summing = m.Arg(keyword=m.Name("reduction"), value=m.SimpleString('"sum"') | m.SimpleString("'sum'"))
+
     def says_sum(node: cst.CSTNode) -> bool:
-        return bool(
-            m.findall(node, m.Arg(keyword=m.Name("reduction"), value=m.SimpleString('"sum"') | m.SimpleString("'sum'")))
-        )
+        return any(m.matches(arg, summing) for arg in step.facts.find_under(node, cst.Arg))
 
     for statement in statements:
         if says_sum(statement):
             return True
-        for call in m.findall(statement, m.Call(func=m.Name())):
-            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Name)  # as matched
+        for call in step.facts.find_under(statement, cst.Call):
+            if not isinstance(call.func, cst.Name):
+                continue
             try:
                 binding = step.rules.binding(call.func.value, statement)
             except Blocked:

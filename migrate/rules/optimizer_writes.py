@@ -106,7 +106,11 @@ def order_optimizer_writes(step: "StepBuilder", recognised: "RecognisedStep", sk
         scope = built.scope
         root: cst.CSTNode = (facts.function_of(scope) if isinstance(scope, Scope) else None) or facts.module
         # `train(...)`, or `t.train_step(...)` for a method (a trainer built with the objects)
-        calls = list(m.findall(root, m.Call(func=m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))))
+        calls: List[cst.CSTNode] = [
+            c
+            for c in facts.subtree(root, cst.Call)
+            if m.matches(c.func, m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))
+        ]
         places.append(WritePlace(root, built.name, model_outer, calls))
     if isinstance(function, cst.FunctionDef) and not step.rules.exact:
         # `fit` calls `train_step(model, batch, optimizer, scaler)`, then steps the scheduler
