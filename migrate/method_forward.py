@@ -17,8 +17,6 @@ from __future__ import annotations
 from typing import FrozenSet, Iterable
 
 import libcst as cst
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
 
 from .names import ModuleFacts
 from .plan import Blocked, Plan
@@ -26,21 +24,84 @@ from .plan import Blocked, Plan
 __all__ = ["check_method_forward"]
 
 _CODE = "RPM147"
-#: methods that configure, inspect or move a module (or its DDP wrapper: ``no_sync``) rather than run it
+#: methods that configure, inspect or move a module rather than run it: the public methods of
+#: ``nn.Module`` and DDP (``no_sync``), RoundPipe's own and a few of Hugging Face's (spelled
+#: out: the command line never imports torch)
 _MODULE_API: FrozenSet[str] = frozenset(
-    name for module in (nn.Module, DistributedDataParallel) for name in dir(module) if not name.startswith("_")
-) | {
-    "step",
-    "synchronize",
-    "optim_parameters",
-    "optim_named_parameters",
-    "adopt_optimizer",
-    "set_original_model",
-    "save_pretrained",
-    "gradient_checkpointing_enable",
-    "resize_token_embeddings",
-    "tie_weights",
-}
+    (
+        "add_module",
+        "apply",
+        "bfloat16",
+        "broadcast_buffers",
+        "buffers",
+        "children",
+        "compile",
+        "cpu",
+        "cuda",
+        "double",
+        "eval",
+        "extra_repr",
+        "float",
+        "forward",
+        "gather",
+        "get_buffer",
+        "get_extra_state",
+        "get_parameter",
+        "get_submodule",
+        "half",
+        "ipu",
+        "join",
+        "join_device",
+        "join_hook",
+        "join_process_group",
+        "load_state_dict",
+        "modules",
+        "mtia",
+        "named_buffers",
+        "named_children",
+        "named_modules",
+        "named_parameters",
+        "no_sync",
+        "parameters",
+        "register_backward_hook",
+        "register_buffer",
+        "register_comm_hook",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "register_full_backward_pre_hook",
+        "register_load_state_dict_post_hook",
+        "register_load_state_dict_pre_hook",
+        "register_module",
+        "register_parameter",
+        "register_state_dict_post_hook",
+        "register_state_dict_pre_hook",
+        "requires_grad_",
+        "scatter",
+        "set_extra_state",
+        "set_submodule",
+        "share_memory",
+        "state_dict",
+        "to",
+        "to_empty",
+        "to_kwargs",
+        "train",
+        "type",
+        "will_sync_module_buffers",
+        "xpu",
+        "zero_grad",
+        "step",
+        "synchronize",
+        "optim_parameters",
+        "optim_named_parameters",
+        "adopt_optimizer",
+        "set_original_model",
+        "save_pretrained",
+        "gradient_checkpointing_enable",
+        "resize_token_embeddings",
+        "tie_weights",
+    )
+)
 _NO_GRAD = frozenset(
     {
         "torch.no_grad",
