@@ -352,6 +352,19 @@ _CODES: Tuple[Code, ...] = (
         "index the wrapped module (`model.model[2]`), or migrate by hand",
     ),
     Code(
+        "RPM147",
+        "model-run-through-method",
+        "the wrapped model is trained through a method of its own, not its forward",
+        "in the function of a migrated step, with gradients enabled, the model is called through a "
+        "method that is neither `forward` nor one of `nn.Module`'s or RoundPipe's "
+        "(`agent.get_action_and_value(obs, actions)`, `model.compute_loss(batch)`)",
+        "RoundPipe runs a model only through `model(...)`; another method reaches the wrapped module "
+        "through attribute forwarding and runs it outside RoundPipe, on the weights it keeps in host memory",
+        "`_, logprob, entropy, value = agent.get_action_and_value(obs, actions)` before the backward",
+        "make the training computation the model's `forward` (or a module whose forward calls the method), "
+        "then migrate",
+    ),
+    Code(
         "RPM190",
         "internal-error",
         "internal error: the rewrite does not compile",

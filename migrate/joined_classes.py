@@ -159,7 +159,9 @@ def migrate_joined(
         path, local = _locate(parts, offsets, diagnostic.line)
         if path is None:
             return None  # a diagnostic about the joined module itself (RPM116, RPM190)
-        message = restore(diagnostic.message, names[[p for p, _ in parts].index(path)])
+        message = restore(
+            _local_lines(diagnostic.message, parts, offsets, path), names[[p for p, _ in parts].index(path)]
+        )
         results[path].diagnostics.append(Diagnostic(path, local, diagnostic.col, diagnostic.code, message))
     if not joined.changed:
         return results
@@ -185,7 +187,8 @@ def migrate_joined(
         path, local = _locate(parts, offsets, rewrite.line)
         if path is not None:
             own = names[[p for p, _ in parts].index(path)]
-            results[path].rewrites.append(Rewrite(local, restore(rewrite.description, own)))
+            description = _local_lines(rewrite.description, parts, offsets, path)
+            results[path].rewrites.append(Rewrite(local, restore(description, own)))
     every = {private: name for own in names for name, private in own.items()}
     for path in results:
         results[path].wrapped_models = [every.get(model, model) for model in joined.wrapped_models]
@@ -277,6 +280,21 @@ def _locate(parts: Sequence[Tuple[str, str]], offsets: List[int], line: int) -> 
         if line > offsets[index]:
             return parts[index][0], line - offsets[index]
     return None, line
+
+
+_LINES = re.compile(r"\b(lines? )(\d+(?:(?:, | and )\d+)*)")
+
+
+def _local_lines(text: str, parts: Sequence[Tuple[str, str]], offsets: List[int], path: str) -> str:
+    """``text`` (a message about the joined module) with each ``line N`` / ``lines N, M``
+    it names given as the line of its own file: the bare number in ``path``, ``file:N`` in
+    another part."""
+
+    def local(number: re.Match) -> str:
+        part, line = _locate(parts, offsets, int(number.group()))
+        return str(line) if part in (path, None) else f"{part}:{line}"
+
+    return _LINES.sub(lambda found: found.group(1) + re.sub(r"\d+", local, found.group(2)), text)
 
 
 def _cut(migrated: str, count: int) -> Optional[List[str]]:

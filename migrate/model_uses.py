@@ -10,6 +10,7 @@ import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .gradient_reads import check_gradient_reads
+from .method_forward import check_method_forward
 from .overridden import never_runs
 from .parallel import other_trainer
 from .plan import Blocked
@@ -271,6 +272,7 @@ class ModelUses:
 
     def _plan_attribute(self, attribute: cst.Attribute, access: cst.BaseExpression, name: str) -> None:
         method = attribute.attr.value
+        check_method_forward(self.facts, self.rules.plan, attribute, name)
         if method == "module":
             raise Blocked(
                 attribute,

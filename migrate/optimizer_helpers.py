@@ -55,11 +55,13 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
 
 
 def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
-    """Names a call passes as plain arguments or groups with ``x.parameters()`` /
+    """Names a call passes as plain arguments, directly or to a call among its arguments
+    (``AdamW(get_params_groups(model))``), or groups with ``x.parameters()`` /
     ``x.named_parameters()`` inside it."""
     found: List[Tuple[str, cst.Name]] = []
     if isinstance(node, cst.Call):
-        found += [(a.value.value, a.value) for a in node.args if not a.star and isinstance(a.value, cst.Name)]
+        for call in (node, *(a.value for a in node.args if isinstance(a.value, cst.Call))):
+            found += [(a.value.value, a.value) for a in call.args if not a.star and isinstance(a.value, cst.Name)]
     for grouped in m.findall(node, _GROUPED):
         receiver = grouped.func.value  # type: ignore[attr-defined]
         found.append((receiver.value, receiver))
@@ -107,13 +109,7 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
 
     def adopt(updated: cst.BaseExpression) -> cst.BaseExpression:
         assert isinstance(updated, cst.Call)
-        args = [
-            a.with_changes(value=cst.Attribute(value=a.value, attr=cst.Name("model")))
-            if not a.star and isinstance(a.value, cst.Name) and a.value.value == model
-            else a
-            for a in updated.args
-        ]
-        grouped = updated.with_changes(args=args).visit(_OnTheModule(model))
+        grouped = _handing_the_module(updated, model, into_arguments=True).visit(_OnTheModule(model))
         return cst.Call(
             func=cst.Attribute(value=cst.Name(model), attr=cst.Name("adopt_optimizer")),
             args=[cst.Arg(grouped)],  # type: ignore[arg-type]
@@ -129,6 +125,19 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
             f"moved onto the optimizer copies with {model}.adopt_optimizer()",
         )
     )
+
+
+def _handing_the_module(call: cst.Call, model: str, into_arguments: bool) -> cst.Call:
+    """``call`` passing ``model.model`` where it passes ``model`` as a plain argument, and
+    (``into_arguments``) so do the calls among its arguments (``AdamW(groups(model))``)."""
+    args = []
+    for arg in call.args:
+        if not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == model:
+            arg = arg.with_changes(value=cst.Attribute(value=arg.value, attr=cst.Name("model")))
+        elif into_arguments and isinstance(arg.value, cst.Call):
+            arg = arg.with_changes(value=_handing_the_module(arg.value, model, into_arguments=False))
+        args.append(arg)
+    return call.with_changes(args=args)
 
 
 class _OnTheModule(cst.CSTTransformer):

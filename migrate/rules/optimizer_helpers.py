@@ -50,7 +50,8 @@ RULE = Rule(
         Pattern(
             "`optimizer = build_optimizer(model, cfg)`: a helper that groups the parameters by name "
             "(decay/no-decay, layer-wise lr, `named_parameters()` filters) and builds the optimizer, "
-            "assigned or written inline as an argument (`train(model, build_optimizer(model, cfg))`); "
+            "assigned or written inline as an argument (`train(model, build_optimizer(model, cfg))`), or called "
+            "inside the optimizer call (`AdamW(get_params_groups(model))`); "
             "groups built from `model.named_parameters()` inside the optimizer call or by an earlier "
             "statement (`groups = set_weight_decay(model, wd)`; `SGD(groups, ...)`); one optimizer per "
             "branch of an `if`",
@@ -62,7 +63,7 @@ RULE = Rule(
             "model name, or several, refuses the file (RPM108)",
             "`optimizer = build_optimizer(model, cfg)`：辅助函数按名称给参数分组（衰减/不衰减、逐层学习率、"
             "`named_parameters()` 过滤）并构建优化器，可赋值给变量，也可直接写在实参里"
-            "（`train(model, build_optimizer(model, cfg))`）；在优化器调用内部用 `model.named_parameters()` 分组，"
+            "（`train(model, build_optimizer(model, cfg))`），或在优化器调用中调用（`AdamW(get_params_groups(model))`）；在优化器调用内部用 `model.named_parameters()` 分组，"
             "或由之前的语句分组（`groups = set_weight_decay(model, wd)`；`SGD(groups, ...)`）；`if` 的每个分支各建一个优化器",
             "在其前面插入 `model = roundpipe.RoundPipe(model, ...)`，然后改为 "
             "`model.adopt_optimizer(build_optimizer(model.model, cfg))`（调用内部改为 `model.model.named_parameters()`；"
@@ -109,6 +110,25 @@ RULE = Rule(
             expect=(
                 "        optimizer = model.adopt_optimizer(torch.optim.AdamW(groups, lr=1e-3))\n",
                 "        optimizer = model.adopt_optimizer(torch.optim.SGD(groups, lr=0.1))\n",
+            ),
+        ),
+        Example(  # DINO-style: the grouping helper called inside the optimizer call
+            _HELPER.split("def build_optimizer")[0]
+            + "def train(model, optimizer, batches):\n"
+            + '    scaler = torch.amp.GradScaler("cuda")\n'
+            + "    for x, y in batches:\n"
+            + '        with torch.autocast("cuda"):\n'
+            + "            loss = model(x).sum()\n"
+            + "        scaler.scale(loss).backward()\n"
+            + "        scaler.step(optimizer)\n"
+            + "        scaler.update()\n\n\n"
+            + "def main(cfg, batches):\n"
+            + "    student = torch.nn.Linear(4, 2)\n"
+            + '    optimizer = torch.optim.AdamW(param_groups(student, cfg["wd"]), lr=cfg["lr"])\n'
+            + "    train(student, optimizer, batches)\n",
+            expect=(
+                '    optimizer = student.adopt_optimizer(torch.optim.AdamW(param_groups(student.model, cfg["wd"]), '
+                'lr=cfg["lr"]))\n',
             ),
         ),
         Example(  # one model, two optimizers through the same step
