@@ -8,16 +8,20 @@ child has ended (``subprocess``'s convention: minus the signal's number when one
 The child runs ``argv[0]`` the way ``python argv[0] argv[1:]`` would: ``sys.argv`` as given,
 ``sys.path[0]`` the script's folder, ``__main__`` a fresh module whose ``__file__`` is the
 absolute path, the traceback of an uncaught exception on stderr with exit code 1,
-``SystemExit``'s code, then the interpreter's own shutdown order (non-daemon threads joined,
-``atexit`` callbacks, streams flushed). The only difference a program can see is that torch
-(and what torch imports) is already in ``sys.modules``.
+``SystemExit``'s code, then the interpreter's own finalization (the child leaves by raising
+``SystemExit`` out of :func:`serve`, so non-daemon threads are joined, ``atexit`` callbacks,
+finalizers and the final flush run as in a fresh ``python``). torch's and numpy's global
+random generators are reseeded from the OS in each child, as a fresh import would seed them.
+What a program can still tell apart: torch (and what torch imports) is already in
+``sys.modules``, the string hash seed is the runner's (so a test that a script prints the
+same twice must run the second time as a plain subprocess), and a traceback or
+``inspect.stack()`` taken inside the script has the runner's frames below the script's.
 
 At startup it checks that importing torch left only this one Python thread (forking copies
 the calling thread only; the native BLAS pool numpy starts re-makes itself after a fork); the
 first line it writes says whether that held.
 """
 
-import atexit
 import builtins
 import importlib.machinery
 import json
@@ -66,19 +70,22 @@ def _run_main(script: str) -> int:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         status = 1
-    threading._shutdown()  # type: ignore[attr-defined] - what Py_Finalize does first
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - python exits 120 when the final flush fails
-            status = 120
     return status
 
 
+def _reseed() -> None:
+    """Give this child its own random state, as a fresh interpreter's imports would (after a
+    fork every child would otherwise draw the same numbers; ``random`` reseeds itself)."""
+    torch.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
 def _child(request: dict) -> None:
-    """In the forked child: take the request's folder, streams and argv, run, never return."""
-    status = 1
+    """In the forked child: take the request's folder, streams and argv, run the script, and
+    leave by raising ``SystemExit`` with its status out of :func:`serve`, so that the
+    interpreter's own finalization runs; a failed setup exits 1 at once."""
     try:
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -91,12 +98,12 @@ def _child(request: dict) -> None:
             os.close(opened)
         script = os.path.abspath(request["argv"][0])
         sys.argv = list(request["argv"])
-        sys.path[0] = os.path.dirname(script)
-        status = _run_main(script)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))  # python resolves links here too
+        _reseed()
     except BaseException:  # noqa: BLE001 - the setup failed: say why, exit 1
         sys.excepthook(*sys.exc_info())
-    finally:
-        os._exit(status)
+        os._exit(1)
+    raise SystemExit(_run_main(script))
 
 
 def _answer(message: dict) -> None:

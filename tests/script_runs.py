@@ -124,18 +124,20 @@ def _forking_runner() -> Optional[_ForkingRunner]:
 
 
 def run_python(
-    argv: Sequence[PathLike], cwd: Optional[PathLike] = None, timeout: Optional[float] = None
+    argv: Sequence[PathLike], cwd: Optional[PathLike] = None, timeout: Optional[float] = None, fresh: bool = False
 ) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True,
     timeout=timeout)`` for ``argv`` = a script and its arguments, served by a forked child of
     a Python that has already imported torch (see :mod:`forking_runner`): the same exit code,
     output and traceback, without importing torch again. Where fork is unavailable, or this
-    process's environment has changed since the runner started, it is that plain subprocess.
+    process's environment has changed since the runner started, or ``fresh`` asks for a new
+    interpreter (its own string hash seed: the second run of a "prints the same twice" check),
+    it is that plain subprocess.
     """
     arguments = [os.fspath(a) for a in argv]
     folder = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     runner = _forking_runner()
-    plain = arguments[0].startswith("-") or not os.path.isdir(folder)
+    plain = fresh or arguments[0].startswith("-") or not os.path.isdir(folder)
     if runner is None or plain or runner.env != _without_per_test(os.environ):
         return subprocess.run([sys.executable, *arguments], cwd=folder, capture_output=True, text=True, timeout=timeout)
     return runner.run(arguments, folder, timeout)

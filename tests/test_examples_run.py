@@ -23,8 +23,8 @@ STEP_LINE = re.compile(r"^step \d+ loss -?\d+\.\d{6}")
 ALLOWED_OTHER = re.compile(r"^(eval |saved|loaded)")
 
 
-def _run(name):
-    return run_python([Path("examples") / name], cwd=REPO_ROOT, timeout=60)
+def _run(name, fresh=False):
+    return run_python([Path("examples") / name], cwd=REPO_ROOT, timeout=60, fresh=fresh)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -38,6 +38,6 @@ def test_example_runs_and_is_deterministic(name):
     stray = [line for line in lines if not STEP_LINE.match(line) and not ALLOWED_OTHER.match(line)]
     assert not stray, f"{name} printed unexpected lines: {stray}"
 
-    second = _run(name)
+    second = _run(name, fresh=True)  # a new interpreter: its own hash seed and torch seed
     assert second.returncode == 0, f"{name} failed on the second run:\n{second.stderr}"
     assert second.stdout == first.stdout, f"{name} is not deterministic"

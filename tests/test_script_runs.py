@@ -38,6 +38,16 @@ PROGRAMS = {
         threading.Thread(target=late).start()
         print("main done", file=sys.stderr)
         """,
+    "finalizer_at_shutdown": """
+        import os, sys
+        class Last:
+            def __del__(self):
+                print("finalizer ran", file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(3)
+        keep = Last()
+        print("main done")
+        """,
     "torch_after_fork": """
         import torch
         torch.manual_seed(0)
@@ -99,3 +109,11 @@ def test_a_changed_environment_takes_a_fresh_interpreter(project, monkeypatch):
     (project / "src" / "probe.py").write_text("import os, sys\nprint('torch' in sys.modules, os.environ['X'])\n")
     monkeypatch.setenv("X", "set by the test")
     assert script_runs.run_python(["src/probe.py"], cwd=project).stdout == "False set by the test\n"
+
+
+def test_each_forked_run_draws_its_own_torch_random_numbers(project):
+    script = project / "draw.py"
+    script.write_text("import torch\nprint(torch.initial_seed(), torch.rand(1).item())\n")
+    first, second = (script_runs.run_python([script.name], cwd=project, timeout=120) for _ in range(2))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout != second.stdout, "forked children share one torch random state"
