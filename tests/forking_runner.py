@@ -23,6 +23,7 @@ first line it writes says whether that held.
 """
 
 import builtins
+import ctypes
 import importlib.machinery
 import json
 import os
@@ -87,6 +88,7 @@ def _child(request: dict) -> None:
     leave by raising ``SystemExit`` with its status out of :func:`serve`, so that the
     interpreter's own finalization runs; a failed setup exits 1 at once."""
     try:
+        _die_with_parent()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -106,6 +108,17 @@ def _child(request: dict) -> None:
     raise SystemExit(_run_main(script))
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent ends (``PR_SET_PDEATHSIG``), so that
+    neither the runner nor a hung child outlives a test process that died without closing
+    the runner's stdin; elsewhere nothing is done (the runner is used on Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _answer(message: dict) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -113,6 +126,7 @@ def _answer(message: dict) -> None:
 
 def serve() -> None:
     """Answer requests from stdin until it closes."""
+    _die_with_parent()
     _answer({"ready": threading.active_count() == 1})
     for line in sys.stdin:
         request = json.loads(line)
