@@ -145,10 +145,13 @@ def _is_attribute_name(facts: ModuleFacts, name: cst.Name) -> bool:
 
 
 def _refuse(facts: ModuleFacts, node: cst.CSTNode, name: str) -> None:
+    statement = facts.statement_of(node)
+    if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        statement = statement.with_changes(leading_lines=())  # its first line of code, not a comment above it
     raise Blocked(
         node,
         "RPM141",
-        f"`{code(facts.statement_of(node)).strip().splitlines()[0]}` writes the weights of {name!r} after "
+        f"`{code(statement).strip().splitlines()[0]}` writes the weights of {name!r} after "
         "the RoundPipe wrap, when the optimizer already holds its own copies of them: the next step would "
         "write the copies back over it; do it before the optimizer is built, or migrate by hand",
     )
