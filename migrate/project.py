@@ -162,6 +162,8 @@ def _migrate_joined_classes(
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
+            if joined is not None:
+                _report_joined_blockers(files, results, group, joined)
             continue  # step helpers joined with their caller: taken only when the whole step migrates
         if joined is None:
             blocker = join_blocker([(p, files[p].source) for p in group], shared_names(files, group))
@@ -181,6 +183,31 @@ def _migrate_joined_classes(
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
     return taken
+
+
+def _report_joined_blockers(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], group: List[str], joined: Mapping[str, FileResult]
+) -> None:
+    """Step helpers and their caller, each refused alone only for not seeing the other
+    (``GradScaler passed to a function defined elsewhere``), and refused together too: the
+    joined analysis names the real blocker, so it replaces their own diagnostics (a file it
+    reports nothing for is left unchanged because of it, RPM110 at its import of the group). Nothing when a
+    file of the group changed alone."""
+    if any(results[path].changed for path in group):
+        return
+    blocker_path, blocker = next((p, d) for p in group for d in joined[p].diagnostics if not d.is_info)
+    for path in group:
+        own = [d for d in joined[path].diagnostics if not d.is_info]
+        results[path].diagnostics = own or [
+            Diagnostic(
+                path,
+                min((e.line for e in files[path].imports if e.target in group), default=1),
+                1,
+                "RPM110",
+                f"left unchanged because {blocker_path}:{blocker.line} ({blocker.code}) is not migrated and "
+                "this file takes part in the same training step",
+            )
+        ]
 
 
 def _handed_elsewhere(
