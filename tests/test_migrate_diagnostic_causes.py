@@ -128,3 +128,52 @@ def test_a_weight_write_is_quoted_by_its_code_not_the_comment_above_it():
     (diagnostic,) = migrate_source(source, "main.py").diagnostics
     assert diagnostic.code == "RPM141"
     assert diagnostic.message.startswith("`for p in model.parameters():` writes the weights of 'model'")
+
+
+SKIP_SCHEDULER = """import torch
+import torch.nn as nn
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**30, growth_interval=1)
+    g = torch.Generator().manual_seed(4)
+    for step in range(6):
+        x = torch.randn(8, 4, generator=g) * 1000
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = ((model(x).float() - x[:, :1]) ** 2).mean()
+        optimizer.zero_grad()
+        scale_before = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        SKIPPED
+        if not skipped:
+            scheduler.step()
+        print(f"step {step} loss {loss.item()!r} skipped {skipped} lr {scheduler.get_last_lr()[0]!r}")
+
+
+main()
+"""
+
+COMPARISONS = {
+    "compared directly": "skipped = scaler.get_scale() < scale_before",
+    "compared by name": "scale_after = scaler.get_scale()\n        skipped = not scale_before <= scale_after",
+}
+
+
+@pytest.mark.parametrize("skipped", COMPARISONS.values(), ids=COMPARISONS.keys())
+def test_skipping_the_scheduler_on_overflow_is_refused_async_and_kept_exact(skipped, tmp_path):
+    source = SKIP_SCHEDULER.replace("SKIPPED", skipped)
+    default = migrate_source(source, "main.py")
+    assert default.migrated == source
+    assert [(d.code, d.line) for d in default.diagnostics] == [("RPM134", _line(source, "skipped = "))]
+    assert "compares the loss scale across `scaler.update()`" in default.diagnostics[0].message
+    original = run_script(source, tmp_path, "original.py")
+    assert "skipped True" in original and "skipped False" in original  # the overflow is exercised
+    exact = migrate_source(source, "main.py", exact=True)
+    assert exact.status == "migrated"
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
