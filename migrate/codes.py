@@ -251,7 +251,9 @@ _CODES: Tuple[Code, ...] = (
         "step-out-of-order",
         "the statements of the optimizer step are in an order the step function cannot keep",
         "`scaler.update()` before `scaler.step()` (before the last one, when several optimizers "
-        "are stepped) or twice in one step, or a gradient norm measured after `scaler.update()`",
+        "are stepped) or twice in one step, a gradient norm measured after `scaler.update()`, "
+        "`scaler.get_scale()` read between the backward and `scaler.update()`, or (without "
+        "`--exact`) compared across the update to skip the scheduler on overflow",
         "in RoundPipe the step runs on the optimizer copies; the scale and the gradients the "
         "statements would see there are not the original's",
         "`scaler.update(); scaler.step(optimizer)`",

@@ -176,21 +176,6 @@ def _sync_expression(facts: "ModuleFacts", node: cst.BaseExpression, at: cst.CST
     return False
 
 
-def earlier_in_sync_blocks(facts: "ModuleFacts", block: cst.CSTNode) -> List[cst.BaseStatement]:
-    """The statements before the ``no_sync``/``nullcontext`` blocks that hold ``block``, in
-    the blocks around them (the loop body assigning this iteration's batch)."""
-    found: List[cst.BaseStatement] = []
-    statement = facts.parent(block)
-    while is_sync_context(facts, statement):
-        outer = facts.parent(statement)
-        if not isinstance(outer, (cst.IndentedBlock, cst.Module)):
-            break
-        body = list(outer.body)
-        found = body[: body.index(statement)] + found  # type: ignore[arg-type]
-        statement = facts.parent(outer)
-    return found
-
-
 def aliased_models(facts: "ModuleFacts", built: Binding, owner: str) -> Set[str]:
     """The names ``owner`` is bound to in ``built``'s scope (``owner = model``, ``owner =
     model.module``): a DDP wrap of one of them trains what the optimizer steps too."""

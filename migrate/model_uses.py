@@ -13,6 +13,7 @@ from .gradient_reads import check_gradient_reads
 from .method_forward import check_method_forward
 from .overridden import never_runs
 from .parallel import other_trainer
+from .parameter_reads import takes_weights_out
 from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
@@ -289,6 +290,23 @@ class ModelUses:
         if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
             # an instance's model may be loaded while its step runs (a local one, before)
             self._syncs.before(access, name, _BEFORE_USE)
+        elif method == "parameters" and self._weights_taken_out(attribute):
+            self._syncs.before(access, name, _BEFORE_USE)
+
+    def _weights_taken_out(self, attribute: cst.Attribute) -> bool:
+        """``next(model.parameters())`` (:mod:`migrate.parameter_reads`) outside the step
+        statements: a main-thread read of the weights."""
+        own = self.facts.parent(attribute)
+        arg = self.facts.parent(own)
+        call = self.facts.parent(arg)
+        statement = self.facts.statement_of(attribute)
+        return (
+            isinstance(own, cst.Call)
+            and isinstance(arg, cst.Arg)
+            and isinstance(call, cst.Call)
+            and statement not in self.rules.plan.step_statements
+            and takes_weights_out(call, statement, self.facts.parent(call))
+        )
 
     def _plan_inference_call(self, access: cst.BaseExpression, name: str) -> None:
         """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the

@@ -32,6 +32,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
+from .instance_state import step_state_attributes
 from .joined_classes import call_groups, join_blocker, join_groups, migrate_joined, shared_names
 from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
@@ -133,7 +134,7 @@ def reconcile(
             result.handed_classes = again.handed_classes
     joined = _migrate_joined_classes(files, results, exact, wrappers)
     _refuse_models_handed_across(files, results, contexts, joined)
-    _refuse_instances_reached_across(files, results)
+    _refuse_instances_reached_across(files, results, exact)
     _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
 
@@ -161,6 +162,8 @@ def _migrate_joined_classes(
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
+            if joined is not None:
+                _report_joined_blockers(files, results, group, joined)
             continue  # step helpers joined with their caller: taken only when the whole step migrates
         if joined is None:
             blocker = join_blocker([(p, files[p].source) for p in group], shared_names(files, group))
@@ -180,6 +183,31 @@ def _migrate_joined_classes(
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
     return taken
+
+
+def _report_joined_blockers(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], group: List[str], joined: Mapping[str, FileResult]
+) -> None:
+    """Step helpers and their caller, each refused alone only for not seeing the other
+    (``GradScaler passed to a function defined elsewhere``), and refused together too: the
+    joined analysis names the real blocker, so it replaces their own diagnostics (a file it
+    reports nothing for is left unchanged because of it, RPM110 at its import of the group). Nothing when a
+    file of the group changed alone."""
+    if any(results[path].changed for path in group):
+        return
+    blocker_path, blocker = next((p, d) for p in group for d in joined[p].diagnostics if not d.is_info)
+    for path in group:
+        own = [d for d in joined[path].diagnostics if not d.is_info]
+        results[path].diagnostics = own or [
+            Diagnostic(
+                path,
+                min((e.line for e in files[path].imports if e.target in group), default=1),
+                1,
+                "RPM110",
+                f"left unchanged because {blocker_path}:{blocker.line} ({blocker.code}) is not migrated and "
+                "this file takes part in the same training step",
+            )
+        ]
 
 
 def _handed_elsewhere(
@@ -430,25 +458,37 @@ def _original_line(project_file: ProjectFile, callee: str, model: str) -> int:
     return min(lines, default=1)
 
 
-def _refuse_instances_reached_across(files: Mapping[str, ProjectFile], results: Dict[str, FileResult]) -> None:
+def _refuse_instances_reached_across(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False
+) -> None:
     """A model wrapped in an attribute of a class (``self.model``) and read through an
     instance of that class in another given file (``trainer = Trainer(); trainer.model.eval()``
-    in main.py): that use is not migrated with it, so the class's file is refused."""
+    in main.py): that use is not migrated with it, so the class's file is refused. Without
+    ``exact`` the same holds for the optimizer and what is built from it or the model
+    (``trainer.sched.step()`` after ``trainer.train_step(...)`` would race with the
+    asynchronous step: :mod:`migrate.instance_state`)."""
     for path, result in results.items():
         tree = files[path].tree
-        attributes = {name.partition(".")[2] for name in result.wrapped_models if "." in name}
-        if not result.changed or not attributes or tree is None:
+        models = {name.partition(".")[2] for name in result.wrapped_models if "." in name}
+        if not result.changed or not models or tree is None:
             continue
-        classes = {node.name: node.lineno for node in tree.body if isinstance(node, ast.ClassDef)}
+        classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        held = {name: models if exact else step_state_attributes(cls, models) for name, cls in classes.items()}
         for other, project_file in files.items():
-            use = _instance_attribute_use(project_file, path, set(classes), attributes)
+            uses = [_instance_attribute_use(project_file, path, {name}, held[name]) for name in classes]
+            use = min((u for u in uses if u is not None), key=lambda u: u[1].lineno, default=None)
             if use is not None:
                 class_name, node = use
+                what = (
+                    f"the model in `.{node.attr}` of {class_name} instances would be wrapped with RoundPipe"
+                    if node.attr in models
+                    else f"`.{node.attr}` of {class_name} instances holds state that the asynchronous step of "
+                    "its RoundPipe model updates (it would race with that step)"
+                )
                 _refuse(
                     result,
-                    classes[class_name],
-                    f"the model in `.{node.attr}` of {class_name} instances would be wrapped with RoundPipe, "
-                    f"but {other}:{node.lineno} reads it (`{ast.unparse(node)}`) through an instance, "
+                    classes[class_name].lineno,
+                    f"{what}, but {other}:{node.lineno} reads it (`{ast.unparse(node)}`) through an instance, "
                     "which the migration does not follow across files; file left unchanged",
                 )
                 break
@@ -457,7 +497,7 @@ def _refuse_instances_reached_across(files: Mapping[str, ProjectFile], results: 
 def _instance_attribute_use(
     project_file: ProjectFile, path: str, classes: Set[str], attributes: Set[str]
 ) -> Optional[Tuple[str, ast.Attribute]]:
-    """(class, ``x.attr``) for the first read of one of ``attributes`` on a name that
+    """(class, ``x.attr``) for the first read (by line) of one of ``attributes`` on a name that
     ``project_file`` binds to an instance of a class of ``classes`` imported from ``path``."""
     if project_file.tree is None:
         return None
@@ -474,11 +514,14 @@ def _instance_attribute_use(
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             built = bound.get(ast.unparse(node.value.func))
             instances.update({t.id: built for t in node.targets if built and isinstance(t, ast.Name)})
-    for node in ast.walk(project_file.tree):
-        if isinstance(node, ast.Attribute) and node.attr in attributes and isinstance(node.value, ast.Name):
-            if node.value.id in instances:
-                return instances[node.value.id], node
-    return None
+    reads = [
+        node
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.Attribute) and node.attr in attributes and isinstance(node.value, ast.Name)
+        if node.value.id in instances
+    ]
+    first = min(reads, key=lambda node: (node.lineno, node.col_offset), default=None)
+    return None if first is None else (instances[ast.unparse(first.value)], first)
 
 
 def _handed_to_wrapper_user(

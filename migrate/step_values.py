@@ -22,6 +22,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from .names import CLIP_FUNCTIONS
+from .parameter_reads import takes_weights_out
 from .syntax import PARAMETERS_CALL, method_call, names_outside, only_assignment, written_and_read
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ def classify_value_statement(builder: "StepBuilder", statement: cst.BaseStatemen
     if any(isinstance(c, cst.Call) and builder.facts.calls_any(c, CLIP_FUNCTIONS) for c in calls):
         return "measure"
     given_parameters = m.Call(args=[m.ZeroOrMore(), m.Arg(value=PARAMETERS_CALL), m.ZeroOrMore()])
-    return "measure" if m.findall(value, given_parameters) else None
+    measures = [c for c in m.findall(value, given_parameters) if not takes_weights_out(c, value)]
+    return "measure" if measures else None
 
 
 def on_copies(builder: "StepBuilder", statement: cst.BaseStatement, model: str) -> None:

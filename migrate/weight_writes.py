@@ -140,7 +140,10 @@ def _casts_dtype(call: cst.Call) -> bool:
 def _refuse(facts: ModuleFacts, write: cst.CSTNode, loop: Optional[cst.For], name: str) -> None:
     """Report ``write`` at the loop it was reached through (if any), naming the write."""
     where = loop if loop is not None else write
-    shown = code(facts.statement_of(where)).strip().splitlines()[0]
+    statement = facts.statement_of(where)
+    if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        statement = statement.with_changes(leading_lines=())  # its first line of code, not a comment above it
+    shown = code(statement).strip().splitlines()[0]
     written = "" if loop is None else f" (`{code(write).strip().splitlines()[0]}`)"
     raise Blocked(
         where,

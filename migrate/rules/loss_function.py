@@ -18,7 +18,6 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment
 
-from ..ddp_guard import earlier_in_sync_blocks
 from ..edits import carry_comments
 from ..plan import Blocked
 from ..syntax import (
@@ -389,7 +388,7 @@ def _batch_names(step: "StepBuilder", region: "ForwardRegion") -> Set[str]:
     if isinstance(loop, (cst.For, cst.While)):
         if isinstance(loop, cst.For):
             names |= set(names_in(loop.target))
-        earlier = earlier_in_sync_blocks(step.facts, step.block) + step.body[: region.outer_index]
+        earlier = _earlier_in_loop_body(step, loop) + step.body[: region.outer_index]
         if region.with_statement is not None:
             earlier = earlier + region.statements[: region.start]
         for statement in earlier:
@@ -399,6 +398,21 @@ def _batch_names(step: "StepBuilder", region: "ForwardRegion") -> Set[str]:
         names |= {p.name.value for p in loop.params.params}
         names -= {step.rules.attributes.receiver_of(loop)}  # `self` is no batch data
     return names
+
+
+def _earlier_in_loop_body(step: "StepBuilder", loop: Union[cst.For, cst.While]) -> List[cst.BaseStatement]:
+    """The statements before the compound statements (``if scaler is not None:``, ``with
+    torch.autocast(...):``, ``no_sync`` blocks) that hold the step's block, in each block
+    around them up to the loop's body (where this iteration's batch is assigned)."""
+    found: List[cst.BaseStatement] = []
+    node: Optional[cst.CSTNode] = step.block
+    while node is not None and node is not loop.body:
+        parent = step.facts.parent(node)
+        if isinstance(parent, cst.IndentedBlock) and isinstance(node, cst.BaseStatement):
+            body = list(parent.body)
+            found = body[: body.index(node)] + found
+        node = parent
+    return found
 
 
 def _labels(

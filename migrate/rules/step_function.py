@@ -22,6 +22,7 @@ from ..edits import drop_keeping_comments
 from ..names import CLIP_FUNCTIONS
 from ..plan import Blocked
 from ..recognised import RecognisedStep, StepGroup
+from ..scale_reads import refuse_scale_compared_after_update, refuse_scale_read_inside_step
 from ..step_values import GUARDABLE, classify_value_statement, escaping_values, on_copies
 from ..syntax import calls_method, code, dotted, method_call, only_expression
 from . import Example, Pattern, Rule
@@ -170,6 +171,8 @@ def find_step_group(step: "StepBuilder") -> StepGroup:
     the backward, in this block or in the body of an ``if`` (gradient accumulation)
     that follows it; when the backward ends the body of a loop of micro-steps (nothing
     after it uses the scaler), the same after that loop."""
+    refuse_scale_read_inside_step(step)
+    refuse_scale_compared_after_update(step)
     block, body, after = step.block, step.body, step.index
     while True:
         found, stopped = step_group_after(step, block, body, after)

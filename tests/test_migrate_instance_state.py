@@ -1,0 +1,105 @@
+"""A trainer class of one file whose instance another file uses: reads of the optimizer, the
+scheduler or the model through the instance after the asynchronous step would race with it
+(migrate.instance_state), so the default form refuses the program as a whole; --exact
+migrates it and prints the original's numbers."""
+
+import sys
+
+import pytest
+
+from migrate.project import migrate_project
+from script_runs import run_script
+
+TRAINER = """import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=1, gamma=0.7)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=64.0)
+        self.ema = [p.detach().clone() for p in self.model.parameters()]
+
+    def train_step(self, x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = nn.functional.mse_loss(self.model(x).float(), y)
+        self.opt.zero_grad()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return loss
+"""
+
+MAIN = """import torch
+from trainer import Trainer
+
+
+def main():
+    tr = Trainer()
+    g = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x = torch.randn(8, 4, generator=g)
+        loss = tr.train_step(x, x[:, :1] * 2)
+        USE
+        print(f"step {step} loss {loss.item()!r}")
+    print("scale", tr.scaler.get_scale())
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+USES = {
+    "scheduler step": "tr.sched.step()",
+    "lr write": 'tr.opt.param_groups[0]["lr"] = 0.05',
+    "optimizer state": "print(len(tr.opt.state_dict()['state']))",
+    "weights built from the model": "print(float(tr.ema[0].sum()))",
+}
+
+
+def _files(use: str) -> dict:
+    return {"trainer.py": TRAINER, "main.py": MAIN.replace("USE", use)}
+
+
+def _line(source: str, text: str) -> int:
+    return next(n for n, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("use", USES.values(), ids=USES.keys())
+def test_state_of_the_step_reached_through_an_instance_of_another_file_refuses_the_program(use):
+    files = _files(use)
+    results = migrate_project(files)
+    assert not any(r.changed for r in results.values())
+    trainer = results["trainer.py"]
+    assert [(d.code, d.line) for d in trainer.diagnostics] == [("RPM110", _line(TRAINER, "class Trainer"))]
+    assert f"main.py:{_line(files['main.py'], use)} reads it" in trainer.diagnostics[0].message
+
+
+def test_a_caller_that_only_calls_the_trainer_and_reads_the_scaler_still_migrates():
+    results = migrate_project(_files("pass"))
+    assert results["trainer.py"].status == "migrated"
+    assert "self.model.step(_step_fn)" in results["trainer.py"].migrated
+
+
+def test_the_exact_form_migrates_such_a_caller_and_prints_the_same_numbers(tmp_path):
+    files = _files(USES["scheduler step"] + "\n        " + USES["lr write"])
+    results = migrate_project(files, exact=True)
+    assert results["trainer.py"].status == "migrated" and not results["main.py"].changed
+
+    def run(texts: dict, name: str) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "trainer.py").write_text(texts["trainer.py"])
+        sys.path.insert(0, str(folder))
+        try:
+            return run_script(texts["main.py"], folder, "main.py")
+        finally:
+            sys.path.remove(str(folder))
+            sys.modules.pop("trainer", None)
+
+    original = run(files, "original")
+    assert original.count("step ") == 4
+    assert run({p: r.migrated for p, r in results.items()}, "exact") == original
