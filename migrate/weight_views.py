@@ -96,6 +96,12 @@ class Holder(NamedTuple):
     tensor: bool = False
 
 
+# Attributes of a module or parameter that hold no weights: setting ``requires_grad``
+# (freezing a GAN's discriminator), the gradient, or the training flag writes nothing the
+# optimizer's copies hold.
+_NOT_WEIGHTS = frozenset({"requires_grad", "grad", "training"})
+
+
 def weight_holders(facts: ModuleFacts, read: cst.BaseExpression) -> Iterator[Holder]:
     """Every expression holding the weights reached from ``read`` (a read of the wrapped
     model: a name, ``self.model``), ``read`` first; each is followed once."""
@@ -120,7 +126,7 @@ def _next_holders(facts: ModuleFacts, held: cst.BaseExpression, element: Optiona
         if isinstance(call, cst.Call) and call.func is parent:
             if parent.attr.value in _HANDING_METHODS:
                 yield Holder(call, False, tensor=parent.attr.value not in _MODULE_METHODS)
-        else:
+        elif parent.attr.value not in _NOT_WEIGHTS:
             yield Holder(parent, False, tensor=parent.attr.value == "data")
     elif isinstance(parent, cst.Subscript) and parent.value is held:
         yield Holder(parent, False)

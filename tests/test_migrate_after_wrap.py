@@ -186,6 +186,9 @@ WEIGHT_READS = {
     "norm-written": "norm = model.head.weight.norm()\nnorm.mul_(2)",
     "cast-of-a-parameter": "weight = next(model.parameters()).float().sum().item()",
     "state-dict-cloned": "frozen = {k: v.clone() for k, v in model.state_dict().items()}",
+    "frozen-by-attribute": "for p in model.body.parameters():\n    p.requires_grad = False",
+    "gradients-dropped": "for p in model.parameters():\n    p.grad = None",
+    "training-flag-set": "model.training = True",
 }
 
 
