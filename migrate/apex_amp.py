@@ -97,7 +97,7 @@ class ApexStepBuilder(StepBuilder):
         if isinstance(value, cst.Call) and method_call(value, self.optimizer, "zero_grad"):
             return "zero_grad"
         kind = super().classify(statement)
-        return kind if kind in ("clip", "zero_grad", "scheduler") else None
+        return kind if kind in ("clip", "measure", "zero_grad", "scheduler") else None
 
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
@@ -147,8 +147,9 @@ class ApexStepBuilder(StepBuilder):
 
     def step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
         inside: List[Any] = list(updated)
-        if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
-            first = kinds.index("clip")
+        measured = [i for i, kind in enumerate(kinds) if kind in ("clip", "measure")]
+        if measured:  # apex unscaled on leaving scale_loss; clipping and norms need it too
+            first = measured[0]
             unscale = cst.parse_statement(f"{self.scaler}.unscale_({optimizer})\n")
             inside.insert(first, unscale.with_changes(leading_lines=inside[first].leading_lines))
             inside[first + 1] = inside[first + 1].with_changes(leading_lines=())

@@ -270,3 +270,38 @@ def test_attribute_uses_that_are_not_followed_are_refused_by_name(change, named)
     assert result.migrated == source
     assert [d.code for d in result.diagnostics] == ["RPM201"], [d.format() for d in result.diagnostics]
     assert named in result.diagnostics[0].message
+
+
+MEASURED_NORM = """
+import torch
+import torch.nn as nn
+from apex import amp
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O2", verbosity=0)
+    criterion = nn.CrossEntropyLoss()
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(4, 8, generator=gen), torch.randint(0, 3, (4,), generator=gen)
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+        optimizer.step()
+        print("step", step, repr(loss.item()), "gn", repr(float(gn)))
+"""
+
+
+def test_a_logged_master_params_norm_moves_into_the_step_and_prints_apexs_numbers(fake_apex, tmp_path):
+    """``gn = clip_grad_norm_(amp.master_params(optimizer), ...)`` read after the step (review
+    S2, a1b): measured in the step function on unscaled gradients, as apex measured it."""
+    result = migrate_source(MEASURED_NORM, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert "unscale_(optimizer)\n            gn = torch.nn.utils.clip_grad_norm_(" in result.migrated
+    original = _run(MEASURED_NORM, tmp_path / "original.py")
+    assert _run(result.migrated, tmp_path / "exact.py") == original and original.count("gn") == 4
