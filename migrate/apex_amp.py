@@ -116,9 +116,26 @@ class ApexStepBuilder(StepBuilder):
 
     def optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self.classify(s) for s in group]
-        if kinds.count("step") != 1:
+        if kinds.count("step") > 1:
             raise Blocked(group[0], "RPM107", "the step must call optimizer.step() once")
+        if not kinds.count("step"):
+            raise Blocked(group[0], "RPM106", f"no `{self.optimizer}.step()` among {self._stop_after(group)}")
         return self.optimizer
+
+    def _stop_after(self, group: List[cst.BaseStatement]) -> str:
+        """The optimizer statements ``group`` and the statement they stop at (the step
+        function moves contiguous optimizer statements only)."""
+        block = self.facts.parent(group[-1])
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        position = next((i + 1 for i, s in enumerate(body) if s is group[-1]), len(body))
+        if position >= len(body):
+            return "the optimizer statements after the backward"
+        stop = body[position]
+        return (
+            f"the optimizer statements after the backward: they stop at line {self.facts.line(stop)} "
+            f"(`{code(stop).strip().splitlines()[0]}`, not part of a step); move it after the step, "
+            "or migrate by hand"
+        )
 
     def model_for(self, optimizer: str) -> str:
         scope = self.facts.scope(self.backward)

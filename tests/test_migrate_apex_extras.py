@@ -305,3 +305,14 @@ def test_a_logged_master_params_norm_moves_into_the_step_and_prints_apexs_number
     assert "unscale_(optimizer)\n            gn = torch.nn.utils.clip_grad_norm_(" in result.migrated
     original = _run(MEASURED_NORM, tmp_path / "original.py")
     assert _run(result.migrated, tmp_path / "exact.py") == original and original.count("gn") == 4
+
+
+def test_a_statement_between_the_clipping_and_the_step_is_named_as_the_blocker():
+    """A plain statement between the master-params clip and ``optimizer.step()`` (review S2,
+    a1g) ends the optimizer statements: refused with RPM106 naming it, not a false RPM107."""
+    source = MEASURED_NORM.replace("        gn = torch.nn", "        torch.nn").replace(
+        "        optimizer.step()\n", "        gn = 0.0\n        optimizer.step()\n"
+    )
+    result = migrate_source(source, "train.py", exact=True)
+    assert [d.code for d in result.diagnostics] == ["RPM106"] and result.migrated == source
+    assert "they stop at line 21 (`gn = 0.0`" in result.diagnostics[0].format()
