@@ -552,6 +552,24 @@ class ApexRules(TorchAmpRules):
             )
         return statement, positional[0].value, optimizer, scaler
 
+    def _check_one_loss(self, statement: cst.With) -> None:
+        """A ``scale_loss`` block right after another one backs a second loss of the same
+        step (``num_losses``/``loss_id``): RPM130, not a forward looked for in the first."""
+        block = self.facts.parent(statement)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        index = next((i for i, s in enumerate(body) if s is statement), 0)
+        previous = body[index - 1] if index > 0 else None
+        if isinstance(previous, cst.With) and any(
+            isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, {"apex.amp.scale_loss"})
+            for item in previous.items
+        ):
+            raise Blocked(
+                statement,
+                "RPM130",
+                "a second amp.scale_loss block right after another (several losses in one step): "
+                "one RoundPipe step backs one loss; add the losses, or migrate by hand",
+            )
+
     def _check_scale_loss(self, node: cst.CSTNode) -> Tuple[cst.With, cst.Call, str]:
         """The checks of a ``scale_loss`` block that need no apex set-up (its shape, its
         keywords): (the with statement, the call, the scaler's text)."""
@@ -576,6 +594,7 @@ class ApexRules(TorchAmpRules):
             backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])
         ):
             raise Blocked(statement, "RPM130", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
+        self._check_one_loss(statement)
         scaler = _SCALER
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None

@@ -316,3 +316,19 @@ def test_a_statement_between_the_clipping_and_the_step_is_named_as_the_blocker()
     result = migrate_source(source, "train.py", exact=True)
     assert [d.code for d in result.diagnostics] == ["RPM106"] and result.migrated == source
     assert "they stop at line 21 (`gn = 0.0`" in result.diagnostics[0].format()
+
+
+def test_a_second_scale_loss_block_is_refused_as_a_second_loss():
+    """``num_losses=2``: two ``scale_loss`` blocks in one step (review S2, a3) are refused
+    with RPM130 for the second loss, not a false RPM131 about a forward in the first block."""
+    source = MEASURED_NORM.replace(
+        "            scaled_loss.backward()\n",
+        "            scaled_loss.backward()\n"
+        "        with amp.scale_loss(loss * 0.5, optimizer, loss_id=1) as scaled_loss:\n"
+        "            scaled_loss.backward()\n",
+    ).replace("verbosity=0", "num_losses=2, verbosity=0")
+    result = migrate_source(source, "train.py", exact=True)
+    second = [d for d in result.diagnostics if d.line == 20]  # the first block's step: RPM106
+    assert [d.code for d in second] == ["RPM130"] and result.migrated == source
+    assert "a second amp.scale_loss block" in second[0].message
+    assert "RPM131" not in [d.code for d in result.diagnostics]
