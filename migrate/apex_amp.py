@@ -97,7 +97,7 @@ class ApexStepBuilder(StepBuilder):
         if isinstance(value, cst.Call) and method_call(value, self.optimizer, "zero_grad"):
             return "zero_grad"
         kind = super().classify(statement)
-        return kind if kind in ("clip", "zero_grad", "scheduler") else None
+        return kind if kind in ("clip", "measure", "zero_grad", "scheduler") else None
 
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
@@ -116,9 +116,26 @@ class ApexStepBuilder(StepBuilder):
 
     def optimizer_of(self, group: List[cst.BaseStatement]) -> str:
         kinds = [self.classify(s) for s in group]
-        if kinds.count("step") != 1:
+        if kinds.count("step") > 1:
             raise Blocked(group[0], "RPM107", "the step must call optimizer.step() once")
+        if not kinds.count("step"):
+            raise Blocked(group[0], "RPM106", f"no `{self.optimizer}.step()` among {self._stop_after(group)}")
         return self.optimizer
+
+    def _stop_after(self, group: List[cst.BaseStatement]) -> str:
+        """The optimizer statements ``group`` and the statement they stop at (the step
+        function moves contiguous optimizer statements only)."""
+        block = self.facts.parent(group[-1])
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        position = next((i + 1 for i, s in enumerate(body) if s is group[-1]), len(body))
+        if position >= len(body):
+            return "the optimizer statements after the backward"
+        stop = body[position]
+        return (
+            f"the optimizer statements after the backward: they stop at line {self.facts.line(stop)} "
+            f"(`{code(stop).strip().splitlines()[0]}`, not part of a step); move it after the step, "
+            "or migrate by hand"
+        )
 
     def model_for(self, optimizer: str) -> str:
         scope = self.facts.scope(self.backward)
@@ -147,8 +164,9 @@ class ApexStepBuilder(StepBuilder):
 
     def step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
         inside: List[Any] = list(updated)
-        if "clip" in kinds:  # apex unscaled on leaving scale_loss; clipping needs it too
-            first = kinds.index("clip")
+        measured = [i for i, kind in enumerate(kinds) if kind in ("clip", "measure")]
+        if measured:  # apex unscaled on leaving scale_loss; clipping and norms need it too
+            first = measured[0]
             unscale = cst.parse_statement(f"{self.scaler}.unscale_({optimizer})\n")
             inside.insert(first, unscale.with_changes(leading_lines=inside[first].leading_lines))
             inside[first + 1] = inside[first + 1].with_changes(leading_lines=())
@@ -534,6 +552,24 @@ class ApexRules(TorchAmpRules):
             )
         return statement, positional[0].value, optimizer, scaler
 
+    def _check_one_loss(self, statement: cst.With) -> None:
+        """A ``scale_loss`` block right after another one backs a second loss of the same
+        step (``num_losses``/``loss_id``): RPM130, not a forward looked for in the first."""
+        block = self.facts.parent(statement)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        index = next((i for i, s in enumerate(body) if s is statement), 0)
+        previous = body[index - 1] if index > 0 else None
+        if isinstance(previous, cst.With) and any(
+            isinstance(item.item, cst.Call) and self.facts.calls_any(item.item, {"apex.amp.scale_loss"})
+            for item in previous.items
+        ):
+            raise Blocked(
+                statement,
+                "RPM130",
+                "a second amp.scale_loss block right after another (several losses in one step): "
+                "one RoundPipe step backs one loss; add the losses, or migrate by hand",
+            )
+
     def _check_scale_loss(self, node: cst.CSTNode) -> Tuple[cst.With, cst.Call, str]:
         """The checks of a ``scale_loss`` block that need no apex set-up (its shape, its
         keywords): (the with statement, the call, the scaler's text)."""
@@ -558,6 +594,7 @@ class ApexRules(TorchAmpRules):
             backward, m.Call(func=m.Attribute(value=m.Name(scaled), attr=m.Name("backward")), args=[])
         ):
             raise Blocked(statement, "RPM130", f"the amp.scale_loss block must hold only `{scaled}.backward()`")
+        self._check_one_loss(statement)
         scaler = _SCALER
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None

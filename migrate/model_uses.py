@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 __all__ = ["ModelUses"]
 
 _BEFORE_USE = "before evaluation/saving"
+_AFTER_TRAINING = "before a use of the weights after training (the last asynchronous step may still run)"
+
+#: methods of the wrapped model that read no weight (or synchronize on their own)
+_NO_WEIGHT_READ = {"train", "eval", "zero_grad", "requires_grad_", "state_dict", "synchronize"}
 
 _NO_GRAD = {
     "torch.no_grad",
@@ -89,13 +93,14 @@ class ModelUses:
                 check_weight_write(self.facts, self.rules.plan, access, name)
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:
-                    self._plan_attribute(parent, access, name)
+                    self._plan_attribute(parent, access, name, after)
                 elif isinstance(parent, cst.Call) and parent.func is access:
-                    self._plan_inference_call(access, name)
+                    self._plan_inference_call(access, name, after)
                 elif isinstance(parent, cst.Arg):
                     if self._hand_to_state_helper(parent, access, name) or self._saved_whole(parent, access, name):
                         continue
                     self._check_handed_over(parent, access)
+                    self._after_training(access, name, after)
                     target = self._parameter_target(parent) or self._method_target(parent)
                     if target is not None:
                         self._feeds.record(parent, *target[3:], target[1])
@@ -164,6 +169,21 @@ class ModelUses:
         self.rules.plan.rewrites.append((call, f"{short}({name}) -> {short}({name}.model): the wrapped module"))
         self._syncs.before(access, name, _BEFORE_USE)
         return True
+
+    def _after_training(self, access: cst.BaseExpression, name: str, after: int) -> None:
+        """In the asynchronous form, a use of the weights after a statement (past source rank
+        ``after``, where ``name`` holds the wrapped model) that trains waits for the last step
+        (:meth:`migrate.synchronize.Synchronizations.after_training`); the exact form's step
+        has finished by then."""
+        moved = self.rules.plan.step_statements | self.rules.plan.backward_statements
+        if self.rules.exact or any(a in moved for a in self.facts.ancestors(access)):
+            return  # synchronous, or part of a step (its own thread orders it)
+        arg = self.facts.parent(access)
+        call = self.facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
+        if function is not None and self._syncs.trains(function.body, name):
+            return  # handed to a training function: its next step follows the last one
+        self._syncs.after_training(access, name, _AFTER_TRAINING, after)
 
     def _check_held_in_literal(self, access: cst.BaseExpression, name: str) -> None:
         """``torch.save([model, optimizer], path)``: a list, set or tuple literal holding the
@@ -271,7 +291,7 @@ class ModelUses:
                 "would not train through RoundPipe's step; left untouched",
             )
 
-    def _plan_attribute(self, attribute: cst.Attribute, access: cst.BaseExpression, name: str) -> None:
+    def _plan_attribute(self, attribute: cst.Attribute, access: cst.BaseExpression, name: str, after: int) -> None:
         method = attribute.attr.value
         check_method_forward(self.facts, self.rules.plan, attribute, name)
         if method == "module":
@@ -292,6 +312,8 @@ class ModelUses:
             self._syncs.before(access, name, _BEFORE_USE)
         elif method == "parameters" and self._weights_taken_out(attribute):
             self._syncs.before(access, name, _BEFORE_USE)
+        elif method not in _NO_WEIGHT_READ:
+            self._after_training(access, name, after)
 
     def _weights_taken_out(self, attribute: cst.Attribute) -> bool:
         """``next(model.parameters())`` (:mod:`migrate.parameter_reads`) outside the step
@@ -308,7 +330,7 @@ class ModelUses:
             and takes_weights_out(call, statement, self.facts.parent(call))
         )
 
-    def _plan_inference_call(self, access: cst.BaseExpression, name: str) -> None:
+    def _plan_inference_call(self, access: cst.BaseExpression, name: str, after: int) -> None:
         """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the
         newest weights are synchronized into the model before that block."""
         for ancestor in self.facts.ancestors(access):
@@ -317,6 +339,7 @@ class ModelUses:
             ):
                 self._syncs.before(ancestor, name, _BEFORE_USE)
                 return
+        self._after_training(access, name, after)
         function = self.facts.enclosing(access, (cst.FunctionDef,))
         call = self.facts.parent(access)
         if "." in name and function is not None and isinstance(call, cst.Call):  # `self.D(x)`, with gradients

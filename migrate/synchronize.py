@@ -9,7 +9,7 @@ not when the line before already synchronizes that model.
 
 from __future__ import annotations
 
-from typing import Set, Tuple
+from typing import List, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -40,7 +40,7 @@ class Synchronizations:
         body = list(block.body)
         index = body.index(statement)
         earlier = [i for b, i, name in self._synced if b == id(block) and i <= index and name == model]
-        if earlier and not any(self._trains(s, model) for s in body[max(earlier) : index]):
+        if earlier and not any(self.trains(s, model) for s in body[max(earlier) : index]):
             return True  # already synchronized in this block, and no training since
         previous = only_expression(body[index - 1]) if index > 0 else None
         if previous is not None and method_call(previous, model, "synchronize"):
@@ -50,7 +50,36 @@ class Synchronizations:
         self.plan.rewrites.append((statement, f"{model}.synchronize() {why}"))
         return True
 
-    def _trains(self, statement: cst.CSTNode, model: str, depth: int = 0) -> bool:
+    def after_training(self, node: cst.CSTNode, model: str, why: str, since: int = 0) -> bool:
+        """Plan ``<model>.synchronize()`` before the use ``node`` of the model's weights or
+        outputs when a statement before it in its function (or module), past source rank
+        ``since`` (where ``model`` holds the wrapped model), may train ``model``
+        (its last asynchronous step may still run): before the use's statement, or before
+        the outermost loop holding it below that training (not once per evaluation step);
+        nothing when the use is inside a loop that trains (one step stale there: the
+        default form). True when planned."""
+        child = target = self.facts.statement_of(node)
+        outer: List[cst.CSTNode] = []
+        for ancestor in self.facts.ancestors(child):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            outer.append(ancestor)
+        if any(isinstance(a, (cst.For, cst.While)) and self.trains(a.body, model) for a in outer):
+            return False
+        for ancestor in outer:
+            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+                body = list(ancestor.body)
+                index = next((i for i, statement in enumerate(body) if statement is child), 0)
+                earlier = [s for s in body[:index] if self.facts.order(s) > since]
+                if any(self.trains(statement, model) for statement in earlier):
+                    return self.before(target, model, why)
+            if isinstance(ancestor, cst.BaseStatement):
+                child = ancestor
+            if isinstance(ancestor, (cst.For, cst.While)):
+                target = ancestor
+        return False
+
+    def trains(self, statement: cst.CSTNode, model: str, depth: int = 0) -> bool:
         """The statement may run a training step of ``model``: it calls a ``backward`` or a
         ``step``, hands ``model`` to a call, calls a function of this module that may
         (``optimizer_step(optimizer, scaler)``; followed three calls deep), or calls a method
@@ -63,7 +92,7 @@ class Synchronizations:
             if isinstance(call.func, cst.Attribute) and self._a_method_named_steps(call.func.attr.value):
                 return True
             function = self.facts.local_function(call)
-            if function is not None and (depth >= 3 or self._trains(function.body, model, depth + 1)):
+            if function is not None and (depth >= 3 or self.trains(function.body, model, depth + 1)):
                 return True
         return False
 

@@ -270,3 +270,65 @@ def test_attribute_uses_that_are_not_followed_are_refused_by_name(change, named)
     assert result.migrated == source
     assert [d.code for d in result.diagnostics] == ["RPM201"], [d.format() for d in result.diagnostics]
     assert named in result.diagnostics[0].message
+
+
+MEASURED_NORM = """
+import torch
+import torch.nn as nn
+from apex import amp
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O2", verbosity=0)
+    criterion = nn.CrossEntropyLoss()
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(4, 8, generator=gen), torch.randint(0, 3, (4,), generator=gen)
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+        optimizer.step()
+        print("step", step, repr(loss.item()), "gn", repr(float(gn)))
+"""
+
+
+def test_a_logged_master_params_norm_moves_into_the_step_and_prints_apexs_numbers(fake_apex, tmp_path):
+    """``gn = clip_grad_norm_(amp.master_params(optimizer), ...)`` read after the step (review
+    S2, a1b): measured in the step function on unscaled gradients, as apex measured it."""
+    result = migrate_source(MEASURED_NORM, "train.py", exact=True)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert "unscale_(optimizer)\n            gn = torch.nn.utils.clip_grad_norm_(" in result.migrated
+    original = _run(MEASURED_NORM, tmp_path / "original.py")
+    assert _run(result.migrated, tmp_path / "exact.py") == original and original.count("gn") == 4
+
+
+def test_a_statement_between_the_clipping_and_the_step_is_named_as_the_blocker():
+    """A plain statement between the master-params clip and ``optimizer.step()`` (review S2,
+    a1g) ends the optimizer statements: refused with RPM106 naming it, not a false RPM107."""
+    source = MEASURED_NORM.replace("        gn = torch.nn", "        torch.nn").replace(
+        "        optimizer.step()\n", "        gn = 0.0\n        optimizer.step()\n"
+    )
+    result = migrate_source(source, "train.py", exact=True)
+    assert [d.code for d in result.diagnostics] == ["RPM106"] and result.migrated == source
+    assert "they stop at line 21 (`gn = 0.0`" in result.diagnostics[0].format()
+
+
+def test_a_second_scale_loss_block_is_refused_as_a_second_loss():
+    """``num_losses=2``: two ``scale_loss`` blocks in one step (review S2, a3) are refused
+    with RPM130 for the second loss, not a false RPM131 about a forward in the first block."""
+    source = MEASURED_NORM.replace(
+        "            scaled_loss.backward()\n",
+        "            scaled_loss.backward()\n"
+        "        with amp.scale_loss(loss * 0.5, optimizer, loss_id=1) as scaled_loss:\n"
+        "            scaled_loss.backward()\n",
+    ).replace("verbosity=0", "num_losses=2, verbosity=0")
+    result = migrate_source(source, "train.py", exact=True)
+    second = [d for d in result.diagnostics if d.line == 20]  # the first block's step: RPM106
+    assert [d.code for d in second] == ["RPM130"] and result.migrated == source
+    assert "a second amp.scale_loss block" in second[0].message
+    assert "RPM131" not in [d.code for d in result.diagnostics]
