@@ -93,9 +93,13 @@ def test_ctrl_c_at_exit_says_what_it_waits_for_and_a_second_one_abandons_the_wai
         _script(
             tmp_path,
             """
+        import threading
+        started = threading.Event()
         def slow_step():
+            started.set()
             time.sleep(60)
         model.step(slow_step)
+        started.wait(30)  # the job runs: on a loaded machine the worker may pick it up late
         print("ready", file=sys.stderr, flush=True)
         time.sleep(60)
     """,
