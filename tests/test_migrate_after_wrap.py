@@ -17,6 +17,7 @@ import pytest
 
 from migrate import cli
 from migrate.engine import migrate_source
+from trainer_text import TRAINER_CLASS
 
 PROGRAM = """
 import torch
@@ -290,27 +291,9 @@ def test_gradients_read_by_the_caller_of_the_step_are_refused(where):
     _refused(_caller(where), "RPM140", "p.grad.norm()")
 
 
-TRAINER = """
-import torch
-import torch.nn as nn
-
-
-class Trainer:
-    def __init__(self):
-        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-2)
-        self.scaler = torch.amp.GradScaler("cpu")
-
-    def train_step(self, x, y):
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-            loss = nn.functional.mse_loss(self.model(x), y)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        return loss
-
-    def fit(self):
+TRAINER = (
+    TRAINER_CLASS
+    + """    def fit(self):
         for step in range(4):
             x = torch.randn(8, 16)
             loss = self.train_step(x, x.sum(dim=1, keepdim=True))
@@ -322,6 +305,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     Trainer().fit()
 """
+)
 
 
 def test_gradients_read_by_the_caller_of_a_steps_method_are_refused():

@@ -9,28 +9,11 @@ import pytest
 
 from migrate.engine import migrate_source
 from script_runs import run_script
+from trainer_text import TRAINER_CLASS
 
-PROGRAM = """
-import torch
-import torch.nn as nn
-
-
-class Trainer:
-    def __init__(self):
-        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-2)
-        self.scaler = torch.amp.GradScaler("cpu")
-
-    def train_step(self, x, y):
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-            loss = nn.functional.mse_loss(self.model(x), y)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        return loss
-
-#ALIAS#
+PROGRAM = (
+    TRAINER_CLASS
+    + """#ALIAS#
 class Scaled(Trainer):
     def train_step(self, x, y):
         loss = #CALL#
@@ -47,6 +30,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     Scaled().fit()
 """
+)
 
 CALLS = {
     "base-by-name": ("", "Trainer.train_step(self, x, y)"),
