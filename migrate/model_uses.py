@@ -10,10 +10,10 @@ import libcst.matchers as m
 from libcst.metadata import Scope
 
 from .gradient_reads import check_gradient_reads
+from .method_entry import MethodEntries
 from .method_forward import check_method_forward
 from .overridden import never_runs
 from .parallel import other_trainer
-from .parameter_reads import takes_weights_out
 from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
@@ -56,6 +56,7 @@ class ModelUses:
         self.rules = rules
         self.facts = rules.facts
         self._syncs = Synchronizations(self.facts, rules.plan)
+        self._entries = MethodEntries(self.facts, self._syncs)
         self._feeds = ParameterFeeds(self.facts, rules._parameter_for)
         self._called_with_grad: Dict[
             cst.CSTNode, Dict[str, List[cst.Call]]
@@ -183,7 +184,8 @@ class ModelUses:
         function = self.facts.local_function(call) if isinstance(call, cst.Call) else None
         if function is not None and self._syncs.trains(function.body, name):
             return  # handed to a training function: its next step follows the last one
-        self._syncs.after_training(access, name, _AFTER_TRAINING, after)
+        entered_trained = self._entries.after_training(access, name)
+        self._syncs.after_training(access, name, _AFTER_TRAINING, after, entered_trained)
 
     def _check_held_in_literal(self, access: cst.BaseExpression, name: str) -> None:
         """``torch.save([model, optimizer], path)``: a list, set or tuple literal holding the
@@ -310,25 +312,8 @@ class ModelUses:
         if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
             # an instance's model may be loaded while its step runs (a local one, before)
             self._syncs.before(access, name, _BEFORE_USE)
-        elif method == "parameters" and self._weights_taken_out(attribute):
-            self._syncs.before(access, name, _BEFORE_USE)
         elif method not in _NO_WEIGHT_READ:
             self._after_training(access, name, after)
-
-    def _weights_taken_out(self, attribute: cst.Attribute) -> bool:
-        """``next(model.parameters())`` (:mod:`migrate.parameter_reads`) outside the step
-        statements: a main-thread read of the weights."""
-        own = self.facts.parent(attribute)
-        arg = self.facts.parent(own)
-        call = self.facts.parent(arg)
-        statement = self.facts.statement_of(attribute)
-        return (
-            isinstance(own, cst.Call)
-            and isinstance(arg, cst.Arg)
-            and isinstance(call, cst.Call)
-            and statement not in self.rules.plan.step_statements
-            and takes_weights_out(call, statement, self.facts.parent(call))
-        )
 
     def _plan_inference_call(self, access: cst.BaseExpression, name: str, after: int) -> None:
         """A model call inside ``with torch.no_grad()``/``inference_mode()`` evaluates: the

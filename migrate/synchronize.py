@@ -50,14 +50,18 @@ class Synchronizations:
         self.plan.rewrites.append((statement, f"{model}.synchronize() {why}"))
         return True
 
-    def after_training(self, node: cst.CSTNode, model: str, why: str, since: int = 0) -> bool:
+    def after_training(
+        self, node: cst.CSTNode, model: str, why: str, since: int = 0, entered_trained: bool = False
+    ) -> bool:
         """Plan ``<model>.synchronize()`` before the use ``node`` of the model's weights or
         outputs when a statement before it in its function (or module), past source rank
-        ``since`` (where ``model`` holds the wrapped model), may train ``model``
-        (its last asynchronous step may still run): before the use's statement, or before
-        the outermost loop holding it below that training (not once per evaluation step);
-        nothing when the use is inside a loop that trains (one step stale there: the
-        default form). True when planned."""
+        ``since`` (where ``model`` holds the wrapped model), may train ``model``, or, with
+        ``entered_trained``, when the function may start right after training (a method its
+        caller runs after a training method: :mod:`migrate.method_entry`); its last
+        asynchronous step may still run then: before the use's statement, or before the
+        outermost loop holding it below that training (not once per evaluation step);
+        nothing when the use is inside a loop that trains (one step stale there, and never
+        torn: the model's weights are written on the main thread only). True when planned."""
         child = target = self.facts.statement_of(node)
         outer: List[cst.CSTNode] = []
         for ancestor in self.facts.ancestors(child):
@@ -77,7 +81,7 @@ class Synchronizations:
                 child = ancestor
             if isinstance(ancestor, (cst.For, cst.While)):
                 target = ancestor
-        return False
+        return self.before(target, model, why) if entered_trained else False
 
     def trains(self, statement: cst.CSTNode, model: str, depth: int = 0) -> bool:
         """The statement may run a training step of ``model``: it calls a ``backward`` or a

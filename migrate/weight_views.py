@@ -25,7 +25,7 @@ import libcst as cst
 
 from .names import ModuleFacts
 
-__all__ = ["Holder", "weight_holders"]
+__all__ = ["HANDING_BUILTINS", "Holder", "weight_holders"]
 
 # Methods whose result holds the weights of what they are called on: modules and parameters
 # reached by name, iterators over them, the state dict (its tensors share the parameters'
@@ -78,9 +78,11 @@ _MODULE_METHODS = {
     "cpu",
     "cuda",
 }
-# Builtins whose result holds what they are given: the first argument of ``getattr``,
-# every argument of the others; ``zip`` and ``enumerate`` put it at one place of a tuple.
-_HANDING_BUILTINS = {"next", "iter", "list", "tuple", "dict", "filter", "reversed", "sorted", "getattr"}
+#: Builtins whose result holds the very objects they are given (every argument), not a
+#: measure of them: ``next(model.parameters())`` is a parameter. (``getattr`` holds its
+#: first argument's attribute, and ``zip``/``enumerate`` put what they are given at one
+#: place of a tuple: each is followed on its own.)
+HANDING_BUILTINS = frozenset({"next", "iter", "list", "tuple", "dict", "filter", "reversed", "sorted"})
 _Loop = Union[cst.For, cst.CompFor]
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
@@ -149,7 +151,7 @@ def _through_builtin(facts: ModuleFacts, arg: cst.Arg) -> Iterator[Holder]:
         return
     place = call.args.index(arg)
     builtin = call.func.value
-    if builtin in _HANDING_BUILTINS and (builtin != "getattr" or place == 0):
+    if builtin in HANDING_BUILTINS or (builtin == "getattr" and place == 0):
         yield Holder(call, False)
         return
     element = place if builtin == "zip" else 1 if builtin == "enumerate" else None

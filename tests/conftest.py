@@ -1,5 +1,7 @@
 """Shared pytest setup: device markers skip with a reason when the hardware is absent."""
 
+import time
+
 import pytest
 import torch
 
@@ -20,6 +22,19 @@ def _o1_casts_end_with_each_test():
     torch): a test's O1 must not reach the next test."""
     yield
     end_o1_casts()
+
+
+@pytest.fixture
+def slow_step(monkeypatch):
+    """``torch.optim.SGD.step`` sleeps first, so an asynchronous step is still running when
+    the main thread goes on: a read that does not wait for it sees old weights."""
+    plain_step = torch.optim.SGD.step
+
+    def slowed(self, closure=None):
+        time.sleep(0.05)
+        return plain_step(self, closure)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", slowed)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,8 +1,8 @@
 """Diagnostics name the statement that really blocks: a loss-scale read between the backward
 and the update (RPM134 at ``get_scale()``, alone or in a step helper of another file), the
 code of a weight write rather than the comment above it (RPM141); and a weight read through
-``next(model.parameters())`` after the step is no gradient measure: it migrates, after a
-synchronize in the default form."""
+``next(model.parameters())`` after the step is no gradient measure: it migrates (in the
+default form one step stale inside the training loop, as every weight read there)."""
 
 import pytest
 
@@ -56,7 +56,7 @@ def _line(source: str, text: str) -> int:
     return next(n for n, line in enumerate(source.splitlines(), 1) if text in line)
 
 
-def test_a_weight_read_after_the_step_migrates_and_waits_for_the_step(tmp_path):
+def test_a_weight_read_after_the_step_migrates(tmp_path):
     source = LOOP.replace("STEP", WEIGHT_READ)
     original = run_script(source, tmp_path, "original.py")
     exact = migrate_source(source, "main.py", exact=True)
@@ -64,7 +64,7 @@ def test_a_weight_read_after_the_step_migrates_and_waits_for_the_step(tmp_path):
     assert run_script(exact.migrated, tmp_path, "exact.py") == original
     default = migrate_source(source, "main.py")
     assert default.status == "migrated"
-    assert "        model.synchronize()\n        w = next(model.parameters())" in default.migrated
+    assert "synchronize" not in default.migrated
     again = migrate_source(default.migrated, "main.py")  # idempotent, and silent
     assert again.migrated == default.migrated and not again.diagnostics
     assert run_script(default.migrated, tmp_path, "default.py").count("step ") == original.count("step ") == 5

@@ -5,10 +5,7 @@ the same function or in the caller of the training function. Uses inside the tra
 stay one step stale (the documented default form) and get none. Each program is run with a
 slowed optimizer step, original against default migration."""
 
-import time
-
 import pytest
-import torch
 
 from migrate.engine import migrate_source
 from script_runs import run_script
@@ -64,18 +61,6 @@ def _migrated(source: str) -> str:
 def _line_before(source: str, line: str) -> str:
     lines = source.splitlines()
     return lines[lines.index(line) - 1].strip()
-
-
-@pytest.fixture
-def slow_step(monkeypatch):
-    """The optimizer thread's step sleeps first: a read that does not wait sees old weights."""
-    plain_step = torch.optim.SGD.step
-
-    def slowed(self, closure=None):
-        time.sleep(0.05)
-        return plain_step(self, closure)
-
-    monkeypatch.setattr(torch.optim.SGD, "step", slowed)
 
 
 @pytest.mark.parametrize("use", list(USES))
