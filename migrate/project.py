@@ -32,6 +32,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
+from .instance_handoffs import HandedRead, first_handed_read
 from .instance_state import step_state_attributes
 from .joined_classes import call_groups, join_blocker, join_groups, migrate_joined, shared_names
 from .optimizer_wrapper_class import is_optimizer_like
@@ -475,10 +476,10 @@ def _refuse_instances_reached_across(
         classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         held = {name: models if exact else step_state_attributes(cls, models) for name, cls in classes.items()}
         for other, project_file in files.items():
-            uses = [_instance_attribute_use(project_file, path, {name}, held[name]) for name in classes]
+            uses = [_instance_attribute_use(files, project_file, path, {name}, held[name]) for name in classes]
             use = min((u for u in uses if u is not None), key=lambda u: u[1].lineno, default=None)
             if use is not None:
-                class_name, node = use
+                class_name, node, handed = use
                 what = (
                     f"the model in `.{node.attr}` of {class_name} instances would be wrapped with RoundPipe"
                     if node.attr in models
@@ -488,17 +489,19 @@ def _refuse_instances_reached_across(
                 _refuse(
                     result,
                     classes[class_name].lineno,
-                    f"{what}, but {other}:{node.lineno} reads it (`{ast.unparse(node)}`) through an instance, "
-                    "which the migration does not follow across files; file left unchanged",
+                    f"{what}, but {_read_place(other, node, handed)}, which the migration does not follow across "
+                    "files; file left unchanged",
                 )
                 break
 
 
 def _instance_attribute_use(
-    project_file: ProjectFile, path: str, classes: Set[str], attributes: Set[str]
-) -> Optional[Tuple[str, ast.Attribute]]:
-    """(class, ``x.attr``) for the first read (by line) of one of ``attributes`` on a name that
-    ``project_file`` binds to an instance of a class of ``classes`` imported from ``path``."""
+    files: Mapping[str, ProjectFile], project_file: ProjectFile, path: str, classes: Set[str], attributes: Set[str]
+) -> Optional[Tuple[str, ast.Attribute, Optional[HandedRead]]]:
+    """(class, ``x.attr``, None) for the first read (by line) of one of ``attributes`` on a
+    name that ``project_file`` binds to an instance of a class of ``classes`` imported from
+    ``path``; else (class, ``t.attr``, where) for one in a function such a name is handed to
+    (:mod:`migrate.instance_handoffs`)."""
     if project_file.tree is None:
         return None
     bound: Dict[str, str] = {}  # name under which the file calls the class -> the class
@@ -521,7 +524,29 @@ def _instance_attribute_use(
         if node.value.id in instances
     ]
     first = min(reads, key=lambda node: (node.lineno, node.col_offset), default=None)
-    return None if first is None else (instances[ast.unparse(first.value)], first)
+    if first is not None:
+        return instances[ast.unparse(first.value)], first, None
+    imported = {here: (edge.target, there) for edge, here, there in _imported_names(files, project_file)}
+
+    def resolve(called: str) -> Optional[Tuple[str, ast.FunctionDef]]:
+        target, name = imported.get(called, ("", ""))
+        function = _function_named(files[target], name) if target else None
+        return None if function is None else (target, function)
+
+    handed = first_handed_read(project_file.path, project_file.tree, set(instances), attributes, resolve)
+    if handed is None:
+        return None
+    return instances[handed.instance], handed.read, handed
+
+
+def _read_place(path: str, read: ast.Attribute, handed: Optional[HandedRead]) -> str:
+    """Where ``read`` reads an instance's attribute, ``path`` holding the instance."""
+    if handed is None:
+        return f"{path}:{read.lineno} reads it (`{ast.unparse(read)}`) through an instance"
+    return (
+        f"{handed.path}:{read.lineno} reads it (`{ast.unparse(read)}`) through the instance that "
+        f"{path}:{handed.call.lineno} hands to `{ast.unparse(handed.call.func)}(...)`"
+    )
 
 
 def _handed_to_wrapper_user(

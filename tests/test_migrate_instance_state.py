@@ -103,3 +103,38 @@ def test_the_exact_form_migrates_such_a_caller_and_prints_the_same_numbers(tmp_p
     original = run(files, "original")
     assert original.count("step ") == 4
     assert run({p: r.migrated for p, r in results.items()}, "exact") == original
+
+
+HANDED = {
+    "a function of the file": ("def log_state(t):\n    print(t.opt.param_groups[0]['lr'])\n", "log_state(tr)"),
+    "a method": ("class Logger:\n    def log(self, t):\n        t.sched.step()\n", "Logger().log(tr)"),
+    "a keyword argument": (
+        "def log_state(step, t=None):\n    print(step, t.opt.state_dict())\n",
+        "log_state(step, t=tr)",
+    ),
+    "a function of another file": ("from logs import log_state\n", "log_state(tr)"),
+}
+LOGS = "def log_state(t):\n    print(len(t.opt.state_dict()['state']))\n"
+
+
+@pytest.mark.parametrize("helper, call", HANDED.values(), ids=HANDED.keys())
+def test_state_of_the_step_read_in_a_function_the_instance_is_handed_to_refuses_the_program(helper, call):
+    main = MAIN.replace("USE", call).replace("from trainer import Trainer\n", f"from trainer import Trainer\n{helper}")
+    results = migrate_project({"trainer.py": TRAINER, "main.py": main, "logs.py": LOGS})
+    assert not any(r.changed for r in results.values())
+    [diagnostic] = results["trainer.py"].diagnostics
+    assert (diagnostic.code, diagnostic.line) == ("RPM110", _line(TRAINER, "class Trainer"))
+    where = "logs.py" if "logs" in helper else "main.py"
+    source = LOGS if "logs" in helper else main
+    read = next(line for line in source.splitlines() if "t.opt" in line or "t.sched" in line)
+    assert f"{where}:{_line(source, read)} reads it" in diagnostic.message
+    assert f"main.py:{_line(main, call)} hands to" in diagnostic.message
+
+
+def test_a_function_handed_the_instance_that_reads_only_the_scaler_still_migrates():
+    main = MAIN.replace("USE", "show(tr)").replace(
+        "from trainer import Trainer\n",
+        "from trainer import Trainer\n\n\ndef show(t):\n    print(t.scaler.get_scale())\n",
+    )
+    results = migrate_project({"trainer.py": TRAINER, "main.py": main})
+    assert results["trainer.py"].status == "migrated"
