@@ -58,6 +58,9 @@ class ModelUses:
         self._syncs = Synchronizations(self.facts, rules.plan)
         self._entries = MethodEntries(self.facts, self._syncs)
         self._feeds = ParameterFeeds(self.facts, rules._parameter_for)
+        # (alias, source rank of its binding) -> the rank from which what it names is the wrapped
+        # model: training between the two still leaves a step running for the alias's reads
+        self._trained_since: Dict[Tuple[str, int], int] = {}
         self._called_with_grad: Dict[
             cst.CSTNode, Dict[str, List[cst.Call]]
         ] = {}  # function -> attribute model -> calls
@@ -107,7 +110,10 @@ class ModelUses:
                         self._feeds.record(parent, *target[3:], target[1])
                         queue.append(target[:3])
                 elif isinstance(parent, cst.Assign) and parent.value is access:
-                    queue.extend(self._aliases(parent, scope))  # raw_model = model: same object
+                    aliases = self._aliases(parent, scope)  # raw_model = model: same object
+                    for _, alias, rank in aliases:  # trained since the model's wrap, not the alias's binding
+                        self._trained_since[(alias, rank)] = self._trained_since.get((name, after), after)
+                    queue.extend(aliases)
                 else:  # `return model, optimizer` of a setup function: its callers' names
                     self._check_held_in_literal(access, name)
                     queue.extend(self._returned_to(access))
@@ -173,7 +179,8 @@ class ModelUses:
 
     def _after_training(self, access: cst.BaseExpression, name: str, after: int) -> None:
         """In the asynchronous form, a use of the weights after a statement (past source rank
-        ``after``, where ``name`` holds the wrapped model) that trains waits for the last step
+        ``after``, where ``name`` holds the wrapped model, or, for an alias, since the model
+        it names was wrapped) that trains waits for the last step
         (:meth:`migrate.synchronize.Synchronizations.after_training`); the exact form's step
         has finished by then."""
         moved = self.rules.plan.step_statements | self.rules.plan.backward_statements
@@ -185,7 +192,8 @@ class ModelUses:
         if function is not None and self._syncs.trains(function.body, name):
             return  # handed to a training function: its next step follows the last one
         entered_trained = self._entries.after_training(access, name)
-        self._syncs.after_training(access, name, _AFTER_TRAINING, after, entered_trained)
+        since = self._trained_since.get((name, after), after)
+        self._syncs.after_training(access, name, _AFTER_TRAINING, since, entered_trained)
 
     def _check_held_in_literal(self, access: cst.BaseExpression, name: str) -> None:
         """``torch.save([model, optimizer], path)``: a list, set or tuple literal holding the

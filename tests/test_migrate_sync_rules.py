@@ -162,3 +162,58 @@ def test_a_checkpoint_saved_in_the_training_loop_holds_one_steps_weights_and_opt
     assert all(
         torch.equal(a, s["momentum_buffer"]) for a, s in zip(momentum, asynchronous["optimizer"]["state"].values())
     )
+
+
+STATE = """import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass
+class TrainState:
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+
+
+def train(state, batches):
+    for x in batches:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = state.model(x).float().sum()
+        state.optimizer.zero_grad()
+        state.scaler.scale(loss).backward()
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
+        print("step", repr(loss.item()))
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = TrainState(model, optimizer, torch.amp.GradScaler("cpu"))
+    train(state, [torch.ones(2, 4)] * 3)
+    raw = state.model
+    print("w", repr(float(raw.weight.detach().sum())))
+
+
+main()
+"""
+
+ALIASES_BOUND_AFTER_TRAINING = {
+    "of the model after its loop": LOOP.replace(
+        "        READS\n", '        pass\n    raw = model\n    print("w", repr(float(raw.weight.detach().sum())))\n'
+    ),
+    "of a state object's model after the training call": STATE,
+}
+
+
+@pytest.mark.parametrize("source", ALIASES_BOUND_AFTER_TRAINING.values(), ids=ALIASES_BOUND_AFTER_TRAINING.keys())
+def test_a_read_through_an_alias_bound_after_training_waits_for_the_last_step(source, slow_step, tmp_path):
+    migrated = _migrated(source)
+    lines = migrated.splitlines()
+    read = next(i for i, line in enumerate(lines) if line.startswith('    print("w"'))
+    assert "synchronize()" in lines[read - 1] or "synchronize()" in lines[read - 2]
+    original = run_script(source, tmp_path, "original.py").splitlines()
+    asynchronous = run_script(migrated, tmp_path, "async.py").splitlines()
+    assert len(asynchronous) == len(original) and asynchronous[-1] == original[-1]
