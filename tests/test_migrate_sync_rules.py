@@ -47,8 +47,11 @@ IN_LOOP_READS = (
 
 
 def _migrated(source: str) -> str:
+    """The default migration of ``source``, checked to be idempotent and silent on itself."""
     result = migrate_source(source, "train.py")
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    again = migrate_source(result.migrated, "train.py")
+    assert again.migrated == result.migrated and not again.diagnostics
     return result.migrated
 
 
