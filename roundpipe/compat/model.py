@@ -15,6 +15,9 @@ scaled its loss with a :class:`~roundpipe.compat.loss_scaler.AmpLossScaler` is o
 ``scale_loss`` block: at its end the gradients are unscaled onto the optimizer copies and
 the scale is updated (:meth:`AmpLossScaler.end_block
 <roundpipe.compat.loss_scaler.AmpLossScaler.end_block>`), as apex does at the block's exit.
+A step whose forward stays on the main thread (``out = model(x)``, RoundPipe's autograd
+form) gets the same exit from ``with model.scale_loss(loss, scaler) as scaled:
+scaled.backward()`` (:meth:`AmpRoundPipe.scale_loss`).
 Backward runs *outside* autocast: apex's patches do not reach autograd's backward kernels,
 and torch autocast around a backward would recast the backward's own ops. Step functions
 run with autocast off too, as apex runs the optimizer step with casts disabled. The rest of
@@ -31,7 +34,7 @@ import contextlib
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
@@ -39,7 +42,7 @@ from torch import nn
 from ..runtime import RoundPipe, _autocast_off
 from .casting import cast_floating
 from .functions import low_precision_dtype
-from .loss_scaler import ScaleLossBlock
+from .loss_scaler import AmpLossScaler, ScaleLossBlock
 
 __all__ = ["AmpRoundPipe", "ForwardPolicy", "autocast_target"]
 
@@ -134,12 +137,31 @@ class AmpRoundPipe(RoundPipe):
         """
         with ScaleLossBlock() as block:
             result = super().forward_backward(*args, **kwargs)
-        if block.scaler is not None:
-            self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
-            block.scaler.end_block(self._copies.pairs())
+        self._end_block(block)
         return result
 
     forward_backward.__signature__ = inspect.signature(RoundPipe.forward_backward)  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss: Any, scaler: AmpLossScaler) -> Iterator[Any]:
+        """apex's ``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()`` for
+        a loss computed from this model's (differentiable) forward on the main thread: the
+        block yields ``scaler.scale(loss)``; its exit is the one :meth:`forward_backward`
+        has (wait for the optimizer, unscale the block's gradients onto the copies, update
+        the scale, flag the next step to skip on overflow). The block's body runs with
+        autocast off, as apex suspends O1's casts inside ``scale_loss``. Nothing happens at
+        the exit when the body raises, as in apex. Main thread."""
+        with _autocast_off():
+            with ScaleLossBlock() as block:
+                scaled = scaler.scale(loss)
+            yield scaled
+        self._end_block(block)
+
+    def _end_block(self, block: ScaleLossBlock) -> None:
+        """The exit of a ``scale_loss`` block whose loss ``block`` recorded a scaler for."""
+        if block.scaler is not None:
+            self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
+            block.scaler.end_block(self._copies.pairs())
 
     def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
         """:meth:`RoundPipe.step`, with ``step_fn`` run with autocast off, as apex's O1 runs
