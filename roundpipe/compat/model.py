@@ -125,6 +125,7 @@ class AmpRoundPipe(RoundPipe):
     ) -> None:
         # Set before RoundPipe.__init__: afterwards unknown attributes go to the module.
         self.amp_policy = policy
+        self._blocks_run = False  # whether a scale_loss block has ended (apex's masters exist)
         super().__init__(model, optim_dtype=optim_dtype, name=name)
 
     def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
@@ -162,6 +163,18 @@ class AmpRoundPipe(RoundPipe):
         if block.scaler is not None:
             self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
             block.scaler.end_block(self._copies.pairs())
+            self._blocks_run = True
+
+    def _keeps_masters_on_load(self) -> bool:
+        """apex builds its float32 master weights once, from the float16 model weights, at
+        the first ``scale_loss`` block, and never reads the model's weights again: weights
+        loaded into the model after that (a resume in the middle of training) leave the
+        masters as they are, and the next step writes the masters back over them. The
+        copies here do the same; weights loaded before the first block replace them, as
+        apex's masters are then built from the loaded weights. Parameters whose copy has
+        their own dtype (no master: float32 batch norm in O2, every parameter in O1) take
+        the loaded values in either case, as apex steps those parameters themselves."""
+        return self._blocks_run
 
     def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
         """:meth:`RoundPipe.step`, with ``step_fn`` run with autocast off, as apex's O1 runs
