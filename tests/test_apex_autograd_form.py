@@ -67,6 +67,14 @@ BODIES: Dict[str, str] = {
 """
     + _BLOCK
     + "        optimizer.step()\n",
+    "nan-guard-zeroes-and-skips": """        loss = criterion(model(x), y)
+        if not torch.isfinite(loss):
+            print(f"step {i}: loss is not finite, skipping the batch")
+            optimizer.zero_grad()
+            continue
+"""
+    + _BLOCK
+    + "        optimizer.step()\n        optimizer.zero_grad()\n",
     "nan-guard-raise": """        loss = criterion(model(x), y)
         if i != 4 and not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {i}")
