@@ -540,7 +540,8 @@ class ApexRules(TorchAmpRules):
         statement, loss, optimizer, scaler = self._scale_loss_block(node)
         step = ApexStepBuilder(self, statement, loss, optimizer, scaler)
         step.plan()
-        self._plan_scaler_binding(statement, step.first)
+        if scaler == _SCALER:  # loss k > 0 calls roundpipe.compat.loss_scaler(k) where used
+            self._plan_scaler_binding(statement, step.first)
 
     def _scale_loss_block(self, node: cst.CSTNode) -> Tuple[cst.With, cst.BaseExpression, str, str]:
         """``with amp.scale_loss(loss, optimizer[, loss_id=k]) as s: s.backward()``: (the
