@@ -45,7 +45,9 @@ from .edits import carry_comments
 from .header import top_block
 from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .recognised import RecognisedStep
 from .rules import step_function
+from .rules.apex_autograd_form import plan_apex_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.step_function import StepBody
 from .steps import StepBuilder
@@ -74,7 +76,6 @@ _FP16_OPTIMIZER = ("apex.fp16_utils.FP16_Optimizer", "apex.fp16_utils.fp16_optim
 class ApexStepBuilder(StepBuilder):
     """A training step around ``with amp.scale_loss(loss, optimizer) as s: s.backward()``."""
 
-    autograd_form = False  # the apex backward itself is rewritten only in the fused form
     rules: "ApexRules"
 
     def __init__(
@@ -86,6 +87,10 @@ class ApexStepBuilder(StepBuilder):
         scaler: str = _SCALER,
     ) -> None:
         super().__init__(rules, scaler, statement, loss)  # type: ignore[arg-type]
+        # A scale_loss block becomes the model's block where the forward cannot be fused
+        # (rules/apex_autograd_form.py); FP16_Optimizer's backward and the plain target
+        # have only the fused form.
+        self.autograd_form = isinstance(statement, cst.With) and rules.plain is None
         self.optimizer = optimizer
         self.anchor = optimizer
         self.first: cst.BaseStatement = statement
@@ -109,6 +114,9 @@ class ApexStepBuilder(StepBuilder):
         return isinstance(value, cst.Call) and (
             method_call(value, optimizer, "zero_grad") or method_call(value, model, "zero_grad")
         )
+
+    def plan_autograd_form(self, recognised: RecognisedStep, unfused: Blocked) -> None:
+        plan_apex_autograd_form(self, recognised, unfused)
 
     def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
         self.first = self.body[min([region.outer_index, *zero_grads])]  # where the step's code starts
@@ -532,7 +540,8 @@ class ApexRules(TorchAmpRules):
         statement, loss, optimizer, scaler = self._scale_loss_block(node)
         step = ApexStepBuilder(self, statement, loss, optimizer, scaler)
         step.plan()
-        self._plan_scaler_binding(statement, step.first)
+        if scaler == _SCALER:  # loss k > 0 calls roundpipe.compat.loss_scaler(k) where used
+            self._plan_scaler_binding(statement, step.first)
 
     def _scale_loss_block(self, node: cst.CSTNode) -> Tuple[cst.With, cst.BaseExpression, str, str]:
         """``with amp.scale_loss(loss, optimizer[, loss_id=k]) as s: s.backward()``: (the

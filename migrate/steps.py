@@ -113,7 +113,7 @@ class StepBuilder:
         except Blocked as unfused:
             if not self.autograd_form or unfused.code not in UNFUSABLE:
                 raise
-            plan_autograd_form(self, recognised, unfused)
+            self.plan_autograd_form(recognised, unfused)
             return
         zero_grads = step_function.zero_grads_to_move(self, region, recognised)
         loss_function.emit_forward(self, region, forward)

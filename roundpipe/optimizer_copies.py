@@ -251,19 +251,23 @@ class OptimizerCopies:
             with torch.no_grad():
                 torch._foreach_copy_(self._model_side, self._copy_side)
 
-    def refresh_from_model(self) -> None:
+    def refresh_from_model(self, keep_masters: bool = False) -> None:
         """Make the copies equal the model's parameters again (after loading weights).
 
         Parameter objects replaced by the load (``assign=True``) are re-paired by name; the
         copies themselves stay the same objects, so optimizers built on them keep working.
+        ``keep_masters``: copies in another dtype than their parameter (the float32 masters
+        of float16 weights) keep their values; only the others take the model's.
         """
         if self._copy_of is None:
             return
         by_name = dict(self._module.named_parameters())
         self._pair_up([(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)])
         self._copy_of = dict(self._pairs)
-        with torch.no_grad():
-            torch._foreach_copy_(self._copy_side, self._model_side)
+        pairs = [(param, copy) for param, copy in self._pairs if not keep_masters or param.dtype == copy.dtype]
+        if pairs:
+            with torch.no_grad():
+                torch._foreach_copy_([copy for _, copy in pairs], [param for param, _ in pairs])
 
 
 class _StoringBackward:

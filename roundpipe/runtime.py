@@ -421,7 +421,13 @@ class RoundPipe(nn.Module):
         if self._copies.created:
             if not optim_stream.on_optim_stream():
                 self._wait_for_optimizer("RoundPipe: loading weights")
-            self._copies.refresh_from_model()
+            self._copies.refresh_from_model(keep_masters=self._keeps_masters_on_load())
+
+    def _keeps_masters_on_load(self) -> bool:
+        """Whether loaded weights leave the float32 masters of float16 weights as they are
+        (:meth:`OptimizerCopies.refresh_from_model`): never here; apex's model in
+        :mod:`roundpipe.compat` once its masters exist."""
+        return False
 
     def optim_named_parameters(
         self, prefix: str = "", remove_duplicate: bool = True

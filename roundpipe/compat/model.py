@@ -15,6 +15,9 @@ scaled its loss with a :class:`~roundpipe.compat.loss_scaler.AmpLossScaler` is o
 ``scale_loss`` block: at its end the gradients are unscaled onto the optimizer copies and
 the scale is updated (:meth:`AmpLossScaler.end_block
 <roundpipe.compat.loss_scaler.AmpLossScaler.end_block>`), as apex does at the block's exit.
+A step whose forward stays on the main thread (``out = model(x)``, RoundPipe's autograd
+form) gets the same exit from ``with model.scale_loss(loss, scaler) as scaled:
+scaled.backward()`` (:meth:`AmpRoundPipe.scale_loss`).
 Backward runs *outside* autocast: apex's patches do not reach autograd's backward kernels,
 and torch autocast around a backward would recast the backward's own ops. Step functions
 run with autocast off too, as apex runs the optimizer step with casts disabled. The rest of
@@ -31,7 +34,7 @@ import contextlib
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
@@ -39,7 +42,7 @@ from torch import nn
 from ..runtime import RoundPipe, _autocast_off
 from .casting import cast_floating
 from .functions import low_precision_dtype
-from .loss_scaler import ScaleLossBlock
+from .loss_scaler import AmpLossScaler, ScaleLossBlock
 
 __all__ = ["AmpRoundPipe", "ForwardPolicy", "autocast_target"]
 
@@ -122,6 +125,7 @@ class AmpRoundPipe(RoundPipe):
     ) -> None:
         # Set before RoundPipe.__init__: afterwards unknown attributes go to the module.
         self.amp_policy = policy
+        self._blocks_run = False  # whether a scale_loss block has ended (apex's masters exist)
         super().__init__(model, optim_dtype=optim_dtype, name=name)
 
     def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
@@ -134,12 +138,43 @@ class AmpRoundPipe(RoundPipe):
         """
         with ScaleLossBlock() as block:
             result = super().forward_backward(*args, **kwargs)
-        if block.scaler is not None:
-            self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
-            block.scaler.end_block(self._copies.pairs())
+        self._end_block(block)
         return result
 
     forward_backward.__signature__ = inspect.signature(RoundPipe.forward_backward)  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss: Any, scaler: AmpLossScaler) -> Iterator[Any]:
+        """apex's ``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()`` for
+        a loss computed from this model's (differentiable) forward on the main thread: the
+        block yields ``scaler.scale(loss)``; its exit is the one :meth:`forward_backward`
+        has (wait for the optimizer, unscale the block's gradients onto the copies, update
+        the scale, flag the next step to skip on overflow). The block's body runs with
+        autocast off, as apex suspends O1's casts inside ``scale_loss``. Nothing happens at
+        the exit when the body raises, as in apex. Main thread."""
+        with _autocast_off():
+            with ScaleLossBlock() as block:
+                scaled = scaler.scale(loss)
+            yield scaled
+        self._end_block(block)
+
+    def _end_block(self, block: ScaleLossBlock) -> None:
+        """The exit of a ``scale_loss`` block whose loss ``block`` recorded a scaler for."""
+        if block.scaler is not None:
+            self._wait_for_optimizer("a scale_loss block's exit (gradients to the copies)")
+            block.scaler.end_block(self._copies.pairs())
+            self._blocks_run = True
+
+    def _keeps_masters_on_load(self) -> bool:
+        """apex builds its float32 master weights once, from the float16 model weights, at
+        the first ``scale_loss`` block, and never reads the model's weights again: weights
+        loaded into the model after that (a resume in the middle of training) leave the
+        masters as they are, and the next step writes the masters back over them. The
+        copies here do the same; weights loaded before the first block replace them, as
+        apex's masters are then built from the loaded weights. Parameters whose copy has
+        their own dtype (no master: float32 batch norm in O2, every parameter in O1) take
+        the loaded values in either case, as apex steps those parameters themselves."""
+        return self._blocks_run
 
     def step(self, step_fn: Callable[..., Any], is_async: bool = True, *args: Any, **kwargs: Any) -> None:
         """:meth:`RoundPipe.step`, with ``step_fn`` run with autocast off, as apex's O1 runs

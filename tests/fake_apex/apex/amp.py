@@ -177,21 +177,17 @@ def _without_casts(step):
 
 
 def _process_optimizer(optimizer, master_weights):
-    """§3.6: fp32 masters replace fp16 params in the param groups; the patched step copies
-    them back and drops their grads."""
-    stash = types.SimpleNamespace(already_patched=False, pairs=[], masters=master_weights)
+    """§3.6: fp32 masters replace fp16 params in the param groups, built lazily, from the
+    model's fp16 weights, at the first ``scale_loss`` (``_lazy_init``); the patched step
+    copies them back and drops their grads."""
+    stash = types.SimpleNamespace(already_patched=False, pairs=[], masters=master_weights, built=False)
     optimizer._amp_stash = stash
     if not master_weights:
         return
-    for group in optimizer.param_groups:
-        for index, param in enumerate(group["params"]):
-            if param.dtype == torch.float16:
-                master = param.detach().clone().float().requires_grad_()
-                group["params"][index] = master
-                stash.pairs.append((param, master))
     original_step = optimizer.step
 
     def step(closure=None):
+        _lazy_init(optimizer)
         result = original_step()
         with torch.no_grad():
             for model_param, master in stash.pairs:
@@ -201,6 +197,20 @@ def _process_optimizer(optimizer, master_weights):
         return result
 
     optimizer.step = step
+
+
+def _lazy_init(optimizer):
+    """Build the fp32 masters once, from the fp16 params the param groups hold now."""
+    stash = optimizer._amp_stash
+    if not stash.masters or stash.built:
+        return
+    stash.built = True
+    for group in optimizer.param_groups:
+        for index, param in enumerate(group["params"]):
+            if param.dtype == torch.float16:
+                master = param.detach().clone().float().requires_grad_()
+                group["params"][index] = master
+                stash.pairs.append((param, master))
 
 
 def master_params(optimizer):
@@ -226,6 +236,8 @@ def _scale_loss_block(loss, optimizers, loss_id):
     if not _amp_state.master_weights and not scaler.dynamic and scaler.loss_scale() == 1.0:
         yield loss.float()  # §2 step 5: the short cut
         return
+    for optimizer in optimizers:
+        _lazy_init(optimizer)
     pairs = [pair for opt in optimizers for pair in _params_and_masters(opt)]
     stashed = {}
     for param, stepped in pairs:  # prepare: model grads None, same-dtype grads stashed
