@@ -52,8 +52,9 @@ class OptimizerCopies:
         self._held: Dict[nn.Parameter, torch.Tensor] = {}
         # Gradients a synchronous step's function left on a copy (``zero_grad(set_to_none=
         # False)``, or no zeroing), shown on the model parameter too (:meth:`share_kept_grads`),
-        # with their version counter then. Held weakly, as ``_returned``.
-        self._shared: Dict[nn.Parameter, Tuple[weakref.ref[torch.Tensor], int]] = {}
+        # with their version counter then and the hook that settles the sharing before a
+        # backward adds into it. Held weakly, as ``_returned``.
+        self._shared: Dict[nn.Parameter, Tuple[weakref.ref[torch.Tensor], int, RemovableHandle]] = {}
         self._arrival_hooks: List[RemovableHandle] = []
 
     @property
@@ -212,19 +213,39 @@ class OptimizerCopies:
                 and grad.layout == torch.strided
             ):
                 param.grad = grad
-                self._shared[param] = (weakref.ref(grad), grad._version)
+                self._shared[param] = (weakref.ref(grad), grad._version, self._settle_before_backward(param))
 
-    def _settle_shared(self, param: nn.Parameter, copy: nn.Parameter) -> bool:
+    def _settle_before_backward(self, param: nn.Parameter) -> RemovableHandle:
+        """A hook on ``param``'s next incoming gradient (any backward, before it accumulates)
+        that settles its sharing first, so a copy gradient dropped since (a main-thread
+        ``optimizer.zero_grad()``) takes the shared tensor off the model before the backward
+        could add into it."""
+        owner = weakref.ref(self)
+
+        def before_accumulation(incoming: torch.Tensor) -> None:
+            copies = owner()
+            if copies is not None and copies._copy_of is not None and param in copies._shared:
+                copies._settle_shared(param, copies._copy_of[param], keep_if_both_hold=True)
+
+        return param.register_hook(before_accumulation)
+
+    def _settle_shared(self, param: nn.Parameter, copy: nn.Parameter, keep_if_both_hold: bool = False) -> bool:
         """End the sharing of ``param``'s gradient with ``copy`` (:meth:`share_kept_grads`).
         True when both still hold it: the copy has the gradient already. Otherwise the side
         that was changed wins: a model gradient dropped or replaced since drops the copy's
         (the plain loop's ``param.grad`` is what the model shows); a copy gradient dropped
         or replaced since takes the shared tensor off the model too, unless it was written
         since (a backward outside ``forward_backward`` added into it), when it stays as the
-        model's gradient to hand over."""
-        buffer, version = self._shared.pop(param)
+        model's gradient to hand over. With ``keep_if_both_hold`` (before a backward) a
+        sharing that still holds on both sides is kept."""
+        buffer, version, hook = self._shared[param]
         shared = buffer()
         grad = param.grad
+        both = shared is not None and copy.grad is shared and grad is shared
+        if both and keep_if_both_hold:
+            return True
+        del self._shared[param]
+        hook.remove()
         if shared is None:
             return False
         if copy.grad is shared:
@@ -277,7 +298,7 @@ class OptimizerCopies:
         a shared gradient whose copy has let go of it since (the next backward then stores
         its own, as after the plain loop's ``optimizer.zero_grad()``)."""
         if self._shared and self._copy_of is not None:
-            for param in [p for p, (buffer, _) in self._shared.items() if p.grad is buffer()]:
+            for param in [p for p, (buffer, _, _) in self._shared.items() if p.grad is buffer()]:
                 if self._copy_of[param].grad is not param.grad:
                     self._settle_shared(param, self._copy_of[param])
         for param in list(self._returned):
@@ -324,6 +345,8 @@ class OptimizerCopies:
         """
         if self._copy_of is None:
             return
+        for _, _, hook in self._shared.values():
+            hook.remove()
         self._shared.clear()
         by_name = dict(self._module.named_parameters())
         self._pair_up([(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)])

@@ -157,3 +157,24 @@ def test_a_kept_gradient_of_another_dtype_stays_the_copys_own():
     model.step(lambda: (opt.step(), opt.zero_grad(set_to_none=False)), is_async=False)
     assert all(p.grad is None for p in net.parameters())
     assert all(c.grad is not None and c.grad.dtype == torch.float32 for c in model.optim_parameters())
+
+
+def test_a_kept_gradient_the_optimizer_drops_is_not_added_into_by_the_next_backward():
+    # timm's NativeScaler pattern: a step function that does not zero, optimizer.zero_grad()
+    # on the main thread after the step, and plain `loss.backward()` calls (not
+    # forward_backward) accumulating over two iterations.
+    data = make_data(6)
+    ref = _SometimesHead()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01, weight_decay=0.1)
+    net = _SometimesHead()
+    model = RoundPipe(net)
+    opt = torch.optim.AdamW(model.optim_parameters(), lr=0.01, weight_decay=0.1)
+    for k, (x, y) in enumerate(data):
+        loss_of(ref(x), y).backward()
+        loss_of(model(x), y).backward()
+        if k % 2:
+            ref_opt.step()
+            ref_opt.zero_grad()
+            model.step(opt.step, is_async=False)
+            opt.zero_grad()
+    assert all(torch.equal(p, r) for p, r in zip(net.parameters(), ref.parameters()))
