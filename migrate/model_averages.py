@@ -31,7 +31,7 @@ from .plan import Blocked, Plan
 from .syntax import code
 from .weight_writes import check_weight_write
 
-__all__ = ["AVERAGE_NAME", "hand_to_average"]
+__all__ = ["AVERAGE_NAME", "hand_to_average", "kept_by"]
 
 #: how real code names an averaged copy, its class or the object holding one
 AVERAGE_NAME = re.compile(r"(?:^|_)(?:ema|swa)(?:_|\d|$)|Ema|EMA|Swa|SWA|MovingAverage|Averaged")
@@ -90,6 +90,45 @@ def hand_to_average(facts: ModuleFacts, plan: Plan, arg: cst.Arg, access: cst.Ba
         _check_reads_only(facts, plan, klass, method, call, arg, name)
     _plan_module(facts, plan, call, access, name, "the averaged copy reads the wrapped module")
     return True
+
+
+def kept_by(facts: ModuleFacts, arg: cst.Arg) -> Optional[cst.Name]:
+    """When ``arg`` hands the model to the constructor of an EMA class of the file that keeps
+    it on ``self`` (``self.online_model = model``), the name the new object is bound to: its
+    methods read the model's weights whenever they run, so each of its uses is a read of the
+    weights. None when it keeps nothing. Raises :class:`Blocked` (RPM114) when the object is
+    not bound to a plain name whose every use calls one of its methods (it is returned, handed
+    on or held in an attribute: its reads after training could not be found)."""
+    call = facts.parent(arg)
+    if not isinstance(call, cst.Call):
+        return None
+    kept = False
+    for klass in _file_classes(facts, call.func):
+        init = _method(klass, "__init__")
+        parameter = _parameter(init, call, arg) if init is not None else None
+        kept = kept or (init is not None and parameter is not None and bool(_kept_as(facts, init, parameter)))
+    if not kept:
+        return None
+    assign = facts.parent(call)
+    target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+    scope = facts.scope(call)
+    if isinstance(target, cst.Name) and scope is not None:
+        uses = [a for a in facts.accesses(target.value, scope) if facts.order(a) > facts.order(assign)]
+        if all(_read_through(facts, use) for use in uses):
+            return target
+    raise Blocked(
+        call,
+        "RPM114",
+        f"`{code(call)}` keeps the wrapped module, so each of its methods reads the weights; it is not bound to a "
+        "name whose every use reads an attribute or calls a method of it (returned, handed on or held in an "
+        "attribute), so its reads after training cannot be given a synchronize; left untouched",
+    )
+
+
+def _read_through(facts: ModuleFacts, use: cst.BaseExpression) -> bool:
+    """``use`` reads an attribute or calls a method of the object (``ema.update()``, ``ema.ema_model``)."""
+    attribute = facts.parent(use)
+    return isinstance(attribute, cst.Attribute) and attribute.value is use
 
 
 def _plan_module(

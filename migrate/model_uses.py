@@ -12,7 +12,7 @@ from libcst.metadata import Scope
 from .deferred_syncs import DeferredSynchronizations
 from .gradient_reads import check_gradient_reads
 from .method_forward import check_method_forward
-from .model_averages import hand_to_average
+from .model_averages import hand_to_average, kept_by
 from .overridden import never_runs
 from .parallel import other_trainer
 from .parameter_reads import takes_weights_out
@@ -106,7 +106,9 @@ class ModelUses:
                 elif isinstance(parent, cst.Arg):
                     if self._hand_to_state_helper(parent, access, name) or self._saved_whole(parent, access, name):
                         continue
-                    if not hand_to_average(self.facts, self.rules.plan, parent, access, name):
+                    if hand_to_average(self.facts, self.rules.plan, parent, access, name):
+                        self._reads_through_average(parent, name, after)
+                    else:
                         self._check_handed_over(parent, access)
                     self._after_training(access, name, after)
                     target = self._parameter_target(parent) or self._method_target(parent)
@@ -127,6 +129,17 @@ class ModelUses:
         )
         self._feeds.check(self.rules.plan.edits)
         check_gradient_reads(self.facts, self.rules.plan)
+
+    def _reads_through_average(self, arg: cst.Arg, name: str, after: int) -> None:
+        """Every method call of an EMA object that keeps the wrapped module reads its weights
+        (:func:`migrate.model_averages.kept_by`): after training, it waits for the last step."""
+        bound = kept_by(self.facts, arg)
+        scope = self.facts.scope(arg)
+        if bound is None or scope is None:
+            return
+        for use in self.facts.accesses(bound.value, scope):
+            if self.facts.order(use) > self.facts.order(bound):
+                self._after_training(use, name, after)
 
     def _before_shared_function(self, node: cst.CSTNode, model: str) -> Optional[List[Tuple[cst.CSTNode, str]]]:
         """A synchronize before ``node`` in a function of the file that gets ``model`` as a
