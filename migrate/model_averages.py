@@ -31,7 +31,7 @@ from .plan import Blocked, Plan
 from .syntax import code
 from .weight_writes import check_weight_write
 
-__all__ = ["AVERAGE_NAME", "hand_to_average", "kept_by"]
+__all__ = ["AVERAGE_NAME", "check_parameters_handed", "hand_to_average", "kept_by"]
 
 #: how real code names an averaged copy, its class or the object holding one
 AVERAGE_NAME = re.compile(r"(?:^|_)(?:ema|swa)(?:_|\d|$)|Ema|EMA|Swa|SWA|MovingAverage|Averaged")
@@ -90,6 +90,32 @@ def hand_to_average(facts: ModuleFacts, plan: Plan, arg: cst.Arg, access: cst.Ba
         _check_reads_only(facts, plan, klass, method, call, arg, name)
     _plan_module(facts, plan, call, access, name, "the averaged copy reads the wrapped module")
     return True
+
+
+def check_parameters_handed(facts: ModuleFacts, attribute: cst.Attribute, name: str) -> None:
+    """Raise :class:`Blocked` (RPM114) when ``model.parameters()`` (``attribute`` is its
+    ``model.parameters``) is handed to an averaged copy or a method of one
+    (``ExponentialMovingAverage(model.parameters())`` of torch_ema, ``ema.copy_to(model.parameters())``):
+    such an object keeps the parameters themselves and its ``copy_to``/``restore``/
+    ``average_parameters`` write them in place, which the next step would write over."""
+    call = facts.parent(attribute)
+    arg = facts.parent(call)
+    outer = facts.parent(arg)
+    if not (isinstance(call, cst.Call) and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)):
+        return
+    func = outer.func
+    named = _is_average_object(facts, func) or (
+        isinstance(func, cst.Attribute) and _is_average_object(facts, func.value)
+    )
+    if named or any(q.startswith("torch_ema.") for q in facts.qualified(func)):
+        raise Blocked(
+            outer,
+            "RPM114",
+            f"`{code(outer.func)}(...)` is handed the parameters of the wrapped model {name!r}: an average kept on the "
+            "parameters themselves writes them in place (`copy_to`, `restore`, `average_parameters`), which the next "
+            'step would write over; build the EMA from the module instead (a class listed under "EMA and averaged '
+            'copies"), or migrate by hand',
+        )
 
 
 def kept_by(facts: ModuleFacts, arg: cst.Arg) -> Optional[cst.Name]:

@@ -12,7 +12,7 @@ from libcst.metadata import Scope
 from .deferred_syncs import DeferredSynchronizations
 from .gradient_reads import check_gradient_reads
 from .method_forward import check_method_forward
-from .model_averages import hand_to_average, kept_by
+from .model_averages import check_parameters_handed, hand_to_average, kept_by
 from .overridden import never_runs
 from .parallel import other_trainer
 from .parameter_reads import takes_weights_out
@@ -367,6 +367,8 @@ class ModelUses:
                 attribute,
                 lambda updated: updated.with_changes(value=cst.Attribute(value=updated.value, attr=cst.Name("model"))),
             )
+        if method == "parameters":
+            check_parameters_handed(self.facts, attribute, name)
         if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
             # an instance's model may be loaded while its step runs (a local one, before)
             self._syncs.before(access, name, _BEFORE_USE)

@@ -104,12 +104,13 @@ RULE = Rule(
         Pattern(
             "the EMA written back into the model after the optimizer is built (`ema.copy_to(model)`, "
             "`ema.restore(model)`, `apply_shadow`), an EMA class of the file whose methods write the model they "
-            "get or keep (`p.copy_(e)`), or a method of an EMA object the tool does not know to only read the model",
+            "get or keep (`p.copy_(e)`), a method of an EMA object the tool does not know to only read the model, "
+            "or an average kept on the parameters themselves (torch_ema's `ExponentialMovingAverage(model.parameters())`)",
             "refused (RPM141 for the writes: the next step would write the optimizer's copies back over them; "
-            "RPM114 for the unknown method); evaluate the EMA module itself instead",
+            "RPM114 for the unknown method and the parameters' average); evaluate the EMA module itself instead",
             "在构建优化器之后把 EMA 写回模型（`ema.copy_to(model)`、`ema.restore(model)`、`apply_shadow`）、"
-            "本文件中其方法会写入所得或所保存模型的 EMA 类（`p.copy_(e)`），或工具不知道是否只读取模型的 EMA 对象方法",
-            "拒绝（写入为 RPM141：下一步会用优化器副本覆盖它们；未知方法为 RPM114）；请直接评估 EMA 模块本身",
+            "本文件中其方法会写入所得或所保存模型的 EMA 类（`p.copy_(e)`），工具不知道是否只读取模型的 EMA 对象方法，或保存在参数本身上的平均（torch_ema 的 `ExponentialMovingAverage(model.parameters())`）",
+            "拒绝（写入为 RPM141：下一步会用优化器副本覆盖它们；未知方法与参数上的平均为 RPM114）；请直接评估 EMA 模块本身",
         ),
     ),
     examples=(
@@ -195,6 +196,14 @@ RULE = Rule(
                 imports="from timm.utils import ModelEmaV2",
                 after="    ema = ModelEmaV2(model)\n",
                 update="        ema.update(model)\n        ema.blend_into(model)\n",
+            ),
+            codes=("RPM114",),
+        ),
+        Example(
+            _train(
+                imports="from torch_ema import ExponentialMovingAverage",
+                after="    ema = ExponentialMovingAverage(model.parameters(), decay=0.995)\n",
+                update="        ema.update()\n",
             ),
             codes=("RPM114",),
         ),
