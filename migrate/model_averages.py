@@ -70,6 +70,13 @@ def hand_to_average(facts: ModuleFacts, plan: Plan, arg: cst.Arg, access: cst.Ba
     if not (isinstance(call.func, cst.Attribute) and _is_average_object(facts, call.func.value)):
         return False
     method = call.func.attr.value
+    if not any(_builds_average(facts, built) for built in facts.subtree(facts.module, cst.Call)):
+        raise Blocked(
+            call,
+            "RPM114",
+            f"`{code(call.func)}(...)` is handed the wrapped model {name!r}, but no averaged copy of a class the tool "
+            "knows is built in this file (built elsewhere, or from a class not listed); left untouched",
+        )
     if method in _WRITE_BACKS:
         raise Blocked(
             call,

@@ -208,6 +208,10 @@ RULE = Rule(
             codes=("RPM114",),
         ),
         Example(
+            'import torch\n\n\ndef train(model, ema, batches):  # the EMA is built in a file not given\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n        ema.update(model)\n',
+            codes=("RPM114",),
+        ),
+        Example(
             "import copy\n\nimport torch\n\n\n"
             "def average(model, decay):  # an EMA without a GradScaler: not a training step to migrate\n"
             "    ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay))\n"
