@@ -1,5 +1,7 @@
 """Rule model_averages: an EMA or averaged copy of the model follows the wrapped module (``model.model``)."""
 
+import functools
+
 from . import Example, Pattern, Rule
 
 _TRAIN = (
@@ -21,15 +23,10 @@ _TRAIN = (
 )
 
 
-def _train(
-    imports: str = "",
-    classes: str = "",
-    before: str = "",
-    after: str = "",
-    update: str = "",
-    end: str = "    return ema\n",
-) -> str:
-    return _TRAIN.format(imports=imports, classes=classes, before=before, after=after, update=update, end=end)
+#: the training function with the parts an example fills in (the others left out)
+_train = functools.partial(
+    _TRAIN.format, imports="", classes="", before="", after="", update="", end="    return ema\n"
+)
 
 
 _SWA = "from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn"
