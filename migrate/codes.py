@@ -150,11 +150,14 @@ _CODES: Tuple[Code, ...] = (
         "RPM114",
         "model-trained-elsewhere",
         "the model is also handed to another trainer or alias",
-        "`torch.compile(model)`, an EMA/averaged copy, `deepcopy`, `model.module`, or an alias "
-        "bound before the RoundPipe wrap and used after it",
+        "`torch.compile(model)`, `deepcopy`, an averaged copy the tool does not know (a class not listed under "
+        '"EMA and averaged copies", a method of an EMA object not known to only read the model, an EMA class '
+        "keeping the model whose object is returned or handed on), `model.module`, or an alias bound before the "
+        "RoundPipe wrap and used after it",
         "RoundPipe must be the only thing training the model; an old alias misses its weights",
         "`model_without_ddp = model` before the wrap, saved after training",
-        "bind aliases after the wrap (to `model.model` for the module), drop compile/EMA for RoundPipe",
+        "bind aliases after the wrap (to `model.model` for the module), build the EMA with a known class, "
+        "drop compile for RoundPipe",
     ),
     Code(
         "RPM115",
@@ -338,7 +341,9 @@ _CODES: Tuple[Code, ...] = (
         "method (`model.head.bias.zero_()`, `p.mul_(0.5)`; `requires_grad_` aside), `apply(...)`, "
         "`reset_parameters()`, an assignment to an attribute or subscript (`model.fc.weight.data = ...`), "
         "an augmented assignment (`p *= 0.5`), a `torch.nn.init` call on it, or a cast of its floating-point "
-        "type (`.half()`, `.double()`, `.to(torch.float64)`, `.to(dtype=...)`; a device move alone is not)",
+        "type (`.half()`, `.double()`, `.to(torch.float64)`, `.to(dtype=...)`; a device move alone is not); "
+        "also an EMA written back into the model (`ema.copy_to(model)`, `ema.restore(model)`) or an EMA class "
+        "of the file whose methods write the model they get or keep",
         "the optimizer holds RoundPipe's copies of the weights, and the next step writes them back over the write "
         "(in the copies' own type, after a cast)",
         "`nn.init.normal_(model.fc.weight, std=0.01)` right after the optimizer",

@@ -9,9 +9,11 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Scope
 
+from .deferred_syncs import DeferredSynchronizations
 from .gradient_reads import check_gradient_reads
 from .method_entry import MethodEntries
 from .method_forward import check_method_forward
+from .model_averages import check_parameters_handed, hand_to_average, kept_by
 from .overridden import never_runs
 from .parallel import other_trainer
 from .plan import Blocked
@@ -26,6 +28,7 @@ from .syntax import code, dotted
 from .weight_writes import check_weight_write
 
 if TYPE_CHECKING:
+    from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
 __all__ = ["ModelUses"]
@@ -44,6 +47,10 @@ _NO_GRAD = {
 }
 
 
+def _backward_under(facts: "ModuleFacts", node: cst.CSTNode) -> bool:
+    return any(facts.within(call, node) for call in facts.backward_calls)
+
+
 #: functions that pickle their first (``obj``) argument whole
 _SAVERS = ("torch.save", "torch.serialization.save", "pickle.dump", "pickle.dumps")
 
@@ -55,8 +62,9 @@ class ModelUses:
     def __init__(self, rules: "TorchAmpRules") -> None:
         self.rules = rules
         self.facts = rules.facts
-        self._syncs = Synchronizations(self.facts, rules.plan)
-        self._entries = MethodEntries(self.facts, self._syncs)
+        syncs = Synchronizations(self.facts, rules.plan)
+        self._syncs = DeferredSynchronizations(syncs)
+        self._entries = MethodEntries(self.facts, syncs)
         self._feeds = ParameterFeeds(self.facts, rules._parameter_for)
         # (alias, source rank of its binding) -> the rank from which what it names is the wrapped
         # model: training between the two still leaves a step running for the alias's reads
@@ -103,7 +111,10 @@ class ModelUses:
                 elif isinstance(parent, cst.Arg):
                     if self._hand_to_state_helper(parent, access, name) or self._saved_whole(parent, access, name):
                         continue
-                    self._check_handed_over(parent, access)
+                    if hand_to_average(self.facts, self.rules.plan, parent, access, name):
+                        self._reads_through_average(parent, name, after)
+                    else:
+                        self._check_handed_over(parent, access)
                     self._after_training(access, name, after)
                     target = self._parameter_target(parent) or self._method_target(parent)
                     if target is not None:
@@ -121,8 +132,58 @@ class ModelUses:
                 self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
         self._check_steps_reach_one_model()
+        self._syncs.replay(
+            lambda node, model: self._before_shared_function(node, model) or self._before_forward(node, model)
+        )
         self._feeds.check(self.rules.plan.edits)
         check_gradient_reads(self.facts, self.rules.plan)
+
+    def _reads_through_average(self, arg: cst.Arg, name: str, after: int) -> None:
+        """Every method call of an EMA object that keeps the wrapped module reads its weights
+        (:func:`migrate.model_averages.kept_by`): after training, it waits for the last step."""
+        bound = kept_by(self.facts, arg)
+        scope = self.facts.scope(arg)
+        if bound is None or scope is None:
+            return
+        for use in self.facts.accesses(bound.value, scope):
+            if self.facts.order(use) > self.facts.order(bound):
+                self._after_training(use, name, after)
+
+    def _before_shared_function(self, node: cst.CSTNode, model: str) -> Optional[List[Tuple[cst.CSTNode, str]]]:
+        """A synchronize before ``node`` in a function of the file that gets ``model`` as a
+        parameter, does not train it, and is also called with other objects
+        (``evaluate(model_ema)``): before each call handing it the RoundPipe model instead
+        (:mod:`migrate.deferred_syncs`); None to keep it where it was asked for."""
+        function = self.facts.enclosing(node, (cst.FunctionDef,))
+        if function is None or model not in {p.name.value for p in function.params.params}:
+            return None
+        if self._syncs.trains(function.body, model):
+            return None
+        args = self._feeds.fed_arguments(function, model)
+        if args is None:
+            return None
+        return [(arg, dotted(arg.value) or code(arg.value)) for arg in args]
+
+    def _before_forward(self, node: cst.CSTNode, model: str) -> Optional[List[Tuple[cst.CSTNode, str]]]:
+        """A synchronize between a forward of ``model`` (autograd form: ``out = model(x)``)
+        and a backward later in the same block would write the weights the backward still
+        needs: before the first such forward since the last training statement instead (the
+        statements it moves over do not train, so it waits for the same step); None to keep it."""
+        statement = self.facts.statement_of(node)
+        block = self.facts.parent(statement)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return None
+        body = list(block.body)
+        index = body.index(statement)
+        if not any(_backward_under(self.facts, s) for s in body[index:]):
+            return None
+        first: Optional[cst.BaseStatement] = None
+        for earlier in reversed(body[:index]):
+            if self._syncs.trains(earlier, model):
+                break
+            if any(dotted(call.func) == model for call in self.facts.subtree(earlier, cst.Call)):
+                first = earlier
+        return [(first, model)] if first is not None else None
 
     def _in_stopped_guard(self, node: cst.CSTNode) -> bool:
         """Under a DDP branch whose body now raises (:mod:`migrate.ddp_guard`): never runs."""
@@ -317,6 +378,8 @@ class ModelUses:
                 attribute,
                 lambda updated: updated.with_changes(value=cst.Attribute(value=updated.value, attr=cst.Name("model"))),
             )
+        if method == "parameters":
+            check_parameters_handed(self.facts, attribute, name)
         if method in ("eval", "state_dict") or (method == "load_state_dict" and "." in name):
             # an instance's model may be loaded while its step runs (a local one, before)
             self._syncs.before(access, name, _BEFORE_USE)

@@ -69,6 +69,24 @@ class ParameterFeeds:
                         "(synchronize, model.model, model.step) would fail on that object; left untouched",
                     )
 
+    def fed_arguments(self, function: cst.FunctionDef, parameter: str) -> Optional[List[cst.Arg]]:
+        """The arguments handing the wrapped model to ``parameter`` of ``function`` when every
+        use of the function is a call and some call gives that parameter something else
+        (or leaves it to its default), else None."""
+        args = next((ids for known, name, ids in self._fed if known is function and name == parameter), set())
+        fed: List[cst.Arg] = []
+        others = False
+        for use in self._uses(function):
+            call = self.facts.parent(use)
+            if not isinstance(call, cst.Call) or call.func is not use:
+                return None
+            given = self._argument(call, function, parameter)
+            if given is not None and id(given) in args:
+                fed.append(given)
+            else:
+                others = True
+        return fed if fed and others else None
+
     def _uses(self, function: cst.FunctionDef) -> Sequence[cst.BaseExpression]:
         """Every reference to ``function``: its name's reads, or for a method, every
         ``<anything>.<its name>`` of the file."""

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from . import optim_stream
+from .load_hook import WeightsLoadedHook
 from .microbatch import merge_outputs, split_inputs, split_label, to_device
 from .optimizer_adoption import adopt_optimizer
 from .optimizer_copies import HandedGrads, OptimizerCopies
@@ -123,7 +124,7 @@ class RoundPipe(nn.Module):
         self._last_step: Optional[optim_stream.Job] = None
         self._steps_queued = 0
         self._step_in_flight: Optional[_StepCall] = None  # the last asynchronous step
-        model.register_load_state_dict_post_hook(self._weights_loaded)
+        model.register_load_state_dict_post_hook(WeightsLoadedHook(self._weights_loaded))
         self._roundpipe_ready = True
 
     # ------------------------------------------------------------- attribute delegation

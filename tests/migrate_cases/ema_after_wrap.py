@@ -1,5 +1,6 @@
-"""Diagnostic RPM114: an EMA copy built from the model after the optimizer (timm's
-ModelEmaV2 shape) would follow the unwrapped module. Left unchanged."""
+"""An EMA copy built from the model after the optimizer (timm's ModelEmaV2) and updated every
+step: it is built from and updated with the wrapped module (model.model), one step stale in
+the default form (rule model_averages)."""
 
 import torch
 from timm.utils import ModelEmaV2
