@@ -92,7 +92,7 @@ class ModuleFacts:
         # Positions and the source order come from one code generation of the module (no
         # batched traversal: :mod:`migrate.source_layout`).
         layout = module_layout(self.module)
-        self._scopes = module_scopes(self.module)
+        self._scopes = module_scopes(self.module, layout.order)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
