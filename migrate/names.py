@@ -18,15 +18,13 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 import libcst as cst
 from libcst.metadata import (
     Assignment,
-    BatchableMetadataProvider,
     CodePosition,
-    CodeRange,
     FunctionScope,
-    PositionProvider,
     Scope,
 )
 
 from .scopes import module_scopes
+from .source_layout import SourceOrder, module_layout
 
 __all__ = ["ModuleFacts", "SCALER_STATE_METHODS", "SCALER_DEVICE_FIRST", "SCALER_LEGACY_CUDA", "SCALER_LEGACY_CPU"]
 
@@ -86,65 +84,23 @@ class ScalerKind:
     implied_device: Optional[str]  # "cuda"/"cpu" for the legacy wrappers
 
 
-def _node_types(kind: type) -> Iterable[str]:
-    """The names of every libcst node class derived from ``kind``."""
-    subclasses: List[type] = kind.__subclasses__()
-    for sub in subclasses:
-        yield sub.__name__
-        yield from _node_types(sub)
-
-
-class SourceOrderProvider(BatchableMetadataProvider[Tuple[int, int, Optional[cst.CSTNode]]]):
-    """Each node's (rank in source order, rank just past its subtree, parent).
-
-    Resolved with PositionProvider, whose round makes a batched traversal anyway: one
-    batched traversal for both (a libcst traversal rebuilds every node and costs about as
-    much as parsing the file).
-    """
-
-    _NODE_TYPES = sorted(set(_node_types(cst.CSTNode)))
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._open: List[Tuple[cst.CSTNode, int]] = []
-        self._count = 0
-
-    def get_visitors(self) -> Mapping[str, Callable[[cst.CSTNode], None]]:
-        """Every node type, entered and left (the batched traversal calls per type only)."""
-        visitors: Dict[str, Callable[[cst.CSTNode], None]] = {}
-        for name in self._NODE_TYPES:
-            visitors[f"visit_{name}"] = self._enter
-            visitors[f"leave_{name}"] = self._leave
-        return visitors
-
-    def _enter(self, node: cst.CSTNode) -> None:
-        self._open.append((node, self._count))
-        self._count += 1
-
-    def _leave(self, node: cst.CSTNode) -> None:
-        _, start = self._open.pop()
-        self.set_metadata(node, (start, self._count, self._open[-1][0] if self._open else None))
-
-
 class ModuleFacts:
     """Metadata-backed answers about one parsed module (``wrapper.module``)."""
 
     def __init__(self, wrapper: cst.MetadataWrapper) -> None:
         self.module = wrapper.module
-        # Positions are resolved with the rest, in the round that computes the batchable
-        # providers above: resolved alone (later, when a report asks), libcst follows their
-        # codegen pass with a batched traversal that has nothing to compute, which costs
-        # about as much again.
-        metadata = wrapper.resolve_many([SourceOrderProvider, PositionProvider])
-        self._scopes = module_scopes(self.module)
+        # Positions and the source order come from one code generation of the module (no
+        # batched traversal: :mod:`migrate.source_layout`).
+        layout = module_layout(self.module)
+        self._scopes = module_scopes(self.module, layout.order)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
-        self._positions = cast(Mapping[cst.CSTNode, CodeRange], metadata[PositionProvider])
-        self._survey(cast(Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]], metadata[SourceOrderProvider]))
+        self._positions = layout.positions
+        self._survey(layout.order)
 
-    def _survey(self, source: Mapping[cst.CSTNode, Tuple[int, int, Optional[cst.CSTNode]]]) -> None:
-        """What several rules look for, read off :class:`SourceOrderProvider`: every node in
+    def _survey(self, source: Mapping[cst.CSTNode, SourceOrder]) -> None:
+        """What several rules look for, read off the source order: every node in
         source order with its parent and the extent of its subtree, every name, every
         ``x.backward(...)`` call, every import line."""
         nodes: List[cst.CSTNode] = [self.module] * len(source)

@@ -3,9 +3,11 @@
 ``MetadataWrapper.resolve(ScopeProvider)`` makes two batched traversals of the whole tree:
 one for ``ExpressionContextProvider`` and one for ``ScopeProvider``, each of which only starts
 a visitor of its own from ``visit_Module`` (a libcst traversal rebuilds every node and costs
-about as much as parsing the file). :func:`module_scopes` runs those two visitors,
-``ExpressionContextVisitor`` and ``ScopeVisitor``, on the module directly, so the scopes are
-the ones ``ScopeProvider`` computes, node for node, at two traversals fewer.
+about as much as parsing the file). :func:`module_scopes` runs ``ScopeVisitor`` on the module
+directly and hands it the expression contexts it asks for (whether a name is stored) from
+:class:`migrate.expression_contexts.ExpressionContexts`, which works them out from the nodes
+above the name instead of walking the module. The scopes are the ones ``ScopeProvider``
+computes, node for node, at two traversals fewer and without ``ExpressionContextVisitor``'s.
 """
 
 from __future__ import annotations
@@ -14,22 +16,12 @@ from typing import Dict, Mapping, Optional, cast
 
 import libcst as cst
 from libcst.metadata import ExpressionContext, ExpressionContextProvider, Scope, ScopeProvider
-from libcst.metadata.expression_context_provider import ExpressionContextVisitor
 from libcst.metadata.scope_provider import ScopeVisitor
 
+from .expression_contexts import ExpressionContexts
+from .source_layout import SourceOrder
+
 __all__ = ["module_scopes"]
-
-
-class _ContextRecorder(ExpressionContextProvider):
-    """An ``ExpressionContextProvider`` that ``ExpressionContextVisitor`` reports to outside
-    a batched traversal: it keeps the context recorded for each node."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.contexts: Dict[cst.CSTNode, ExpressionContext] = {}
-
-    def set_metadata(self, node: cst.CSTNode, value: object) -> None:
-        self.contexts[node] = cast(ExpressionContext, value)
 
 
 class _ScopeRecorder(ScopeProvider):
@@ -45,12 +37,14 @@ class _ScopeRecorder(ScopeProvider):
         self.scopes[node] = cast(Optional[Scope], value)
 
 
-def module_scopes(module: cst.Module) -> Mapping[cst.CSTNode, Optional[Scope]]:
+def module_scopes(
+    module: cst.Module, order: Mapping[cst.CSTNode, SourceOrder]
+) -> Mapping[cst.CSTNode, Optional[Scope]]:
     """The scope of every node of ``module`` that ``ScopeProvider`` gives one, the accesses
-    of every scope resolved (what ``MetadataWrapper(module).resolve(ScopeProvider)`` gives)."""
-    contexts = _ContextRecorder()
-    module.visit(ExpressionContextVisitor(contexts, ExpressionContext.LOAD))
-    scopes = _ScopeRecorder(contexts.contexts)
+    of every scope resolved (what ``MetadataWrapper(module).resolve(ScopeProvider)`` gives);
+    ``order``: the module's source order (:mod:`migrate.source_layout`), whose parent links
+    give the expression contexts."""
+    scopes = _ScopeRecorder(ExpressionContexts(order))
     visitor = ScopeVisitor(scopes)
     module.visit(visitor)
     visitor.infer_accesses()

@@ -15,11 +15,13 @@ in the next round.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Union
+from typing import Dict, List, Mapping, Optional, Set, Union
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
+
+from .source_layout import module_layout
 
 __all__ = ["LINE_LENGTH", "wrap_long_lines"]
 
@@ -35,22 +37,23 @@ def wrap_long_lines(module: cst.Module, original: str) -> str:
     """The code of ``module`` (the migration of the text ``original``) with its new long
     lines wrapped."""
     user_lines = set(original.splitlines())
+    text = module.code
     for _ in range(_ROUNDS):
-        text = module.code
         lines = text.splitlines()
         long_lines = {
             number for number, line in enumerate(lines, 1) if len(line) > LINE_LENGTH and line not in user_lines
         }
         if not long_lines:
             return text
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree each round: no copy needed
-        finder = _OutermostSplittable(long_lines)
-        wrapper.visit(finder)
+        # The positions from one code generation: no batched traversal (migrate.source_layout).
+        finder = _OutermostSplittable(long_lines, module_layout(module).positions)
+        module.visit(finder)
         if not finder.found:
             return text
         indents = {id(node): _indent_of(lines[line - 1]) for line, node in finder.found.items()}
-        module = wrapper.module.visit(_Split(indents, finder.paths, module.default_indent))
-    return module.code
+        module = module.visit(_Split(indents, finder.paths, module.default_indent))
+        text = module.code
+    return text
 
 
 def _indent_of(line: str) -> str:
@@ -65,11 +68,10 @@ class _OutermostSplittable(cst.CSTVisitor):
     never chosen (splitting rewrites its whitespace), and nodes under a chosen one wait for
     the next round, when their own line's indentation is known."""
 
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, lines: Set[int]) -> None:
+    def __init__(self, lines: Set[int], positions: Mapping[cst.CSTNode, CodeRange]) -> None:
         super().__init__()
         self._lines = lines
+        self._positions = positions
         self._in_fstring = 0
         self._chosen_until = 0  # the last line of the chosen node being visited, if any
         self._open: List[cst.CSTNode] = []  # the node being visited and those above it
@@ -90,7 +92,7 @@ class _OutermostSplittable(cst.CSTVisitor):
             return False
         if self._in_fstring or not isinstance(node, (cst.Call, cst.Dict, cst.List, cst.Set)):
             return True
-        where = self.get_metadata(PositionProvider, node)
+        where = self._positions[node]
         if where.start.line <= self._chosen_until:
             return True
         spanned = [line for line in range(where.start.line, where.end.line + 1) if line in self._lines]
@@ -112,7 +114,7 @@ class _OutermostSplittable(cst.CSTVisitor):
         """One of the long lines is in ``line``'s range, which holds every node under it
         (unlike a compound statement's range, which ends with its body, before an
         ``else``, and starts after its decorators)."""
-        where = self.get_metadata(PositionProvider, line)
+        where = self._positions[line]
         return any(where.start.line <= number <= where.end.line for number in self._lines)
 
 
