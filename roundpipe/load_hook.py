@@ -4,12 +4,13 @@ Loading weights into the wrapped module must refresh the optimizer copies
 (:meth:`roundpipe.runtime.RoundPipe._weights_loaded`). A deep copy of that module (the EMA or
 averaged copy a trainer builds from ``model.model``: torch's ``AveragedModel``, timm's
 ``ModelEmaV2``) is a plain module that RoundPipe does not manage, so its copy of the hook does
-nothing; it neither drags a copy of the RoundPipe object along nor refreshes anything.
+nothing; it neither drags a copy of the RoundPipe object along nor refreshes anything. The
+same holds for the module pickled whole and loaded again.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import nn
 
@@ -31,3 +32,7 @@ class WeightsLoadedHook:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "WeightsLoadedHook":
         return WeightsLoadedHook(None)
+
+    def __reduce__(self) -> Tuple[type, Tuple[None]]:
+        """Pickled (``torch.save(model.model, path)``), it loads as a hook that calls nothing."""
+        return (WeightsLoadedHook, (None,))

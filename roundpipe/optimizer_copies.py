@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from typing import Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -79,16 +79,8 @@ class OptimizerCopies:
         self._copy_side = [copy for _, copy in pairs]
         for hook in self._arrival_hooks:
             hook.remove()
-        # The hooks hold the copies weakly: a module that outlives its RoundPipe keeps
-        # no optimizer copies alive.
-        owner = weakref.ref(self)
-
-        def gradient_arrived(param: torch.Tensor) -> None:
-            copies = owner()
-            if copies is not None:
-                copies._gradient_arrived(param)
-
-        self._arrival_hooks = [param.register_post_accumulate_grad_hook(gradient_arrived) for param, _ in pairs]
+        arrived = _CopiesHook(self, OptimizerCopies._gradient_arrived)
+        self._arrival_hooks = [param.register_post_accumulate_grad_hook(arrived) for param, _ in pairs]
 
     def _gradient_arrived(self, param: torch.Tensor) -> None:
         """Post-accumulate hook of every model parameter with a copy: a backward delivered
@@ -220,14 +212,11 @@ class OptimizerCopies:
         that settles its sharing first, so a copy gradient dropped since (a main-thread
         ``optimizer.zero_grad()``) takes the shared tensor off the model before the backward
         could add into it."""
-        owner = weakref.ref(self)
+        return param.register_hook(_CopiesHook(self, OptimizerCopies._settle_before_accumulation, param))
 
-        def before_accumulation(incoming: torch.Tensor) -> None:
-            copies = owner()
-            if copies is not None and copies._copy_of is not None and param in copies._shared:
-                copies._settle_shared(param, copies._copy_of[param], keep_if_both_hold=True)
-
-        return param.register_hook(before_accumulation)
+    def _settle_before_accumulation(self, _incoming: torch.Tensor, param: nn.Parameter) -> None:
+        if self._copy_of is not None and param in self._shared:
+            self._settle_shared(param, self._copy_of[param], keep_if_both_hold=True)
 
     def _settle_shared(self, param: nn.Parameter, copy: nn.Parameter, keep_if_both_hold: bool = False) -> bool:
         """End the sharing of ``param``'s gradient with ``copy`` (:meth:`share_kept_grads`).
@@ -357,6 +346,34 @@ class OptimizerCopies:
         if pairs:
             with torch.no_grad():
                 torch._foreach_copy_([copy for _, copy in pairs], [param for param, _ in pairs])
+
+
+class _CopiesHook:
+    """A hook on a model parameter that calls ``method(copies, tensor, *args)`` while the
+    :class:`OptimizerCopies` it serves is alive. It holds them weakly (a module that outlives
+    its RoundPipe keeps no optimizer copies alive) and is pickled as an :class:`_InertHook`,
+    so a module saved whole (``torch.save(model.model, path)``) loads as a plain module that
+    carries nothing of the runtime."""
+
+    def __init__(self, copies: OptimizerCopies, method: Callable[..., None], *args: object) -> None:
+        self._copies = weakref.ref(copies)
+        self._method = method
+        self._args = args
+
+    def __call__(self, tensor: torch.Tensor) -> None:
+        copies = self._copies()
+        if copies is not None:
+            self._method(copies, tensor, *self._args)
+
+    def __reduce__(self) -> Tuple[type, Tuple[()]]:
+        return (_InertHook, ())
+
+
+class _InertHook:
+    """What a pickled :class:`_CopiesHook` loads as: a hook that does nothing."""
+
+    def __call__(self, tensor: torch.Tensor) -> None:
+        return None
 
 
 class _StoringBackward:

@@ -4,6 +4,7 @@ its optimizer copies alone, while a load into the wrapped module still refreshes
 
 import copy
 import gc
+import io
 
 import torch
 
@@ -50,3 +51,20 @@ def test_loading_into_the_wrapped_module_still_refreshes_the_optimizer_copies():
     model.model.load_state_dict({"weight": torch.full((2, 3), 0.25), "bias": torch.zeros(2)})
     weight = next(model.optim_parameters())
     assert torch.equal(weight, torch.full((2, 3), 0.25))
+
+
+def test_the_wrapped_module_saved_whole_loads_as_a_plain_module():
+    """``torch.save(model.model, path)`` (what a migrated ``torch.save(model, path)`` writes)
+    pickles the module with the runtime's hooks on its parameters: they load as hooks that
+    do nothing, so the loaded module trains as a plain one."""
+    model = _trained_once()
+    buffer = io.BytesIO()
+    torch.save(model.model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert type(loaded) is torch.nn.Linear
+    assert torch.equal(loaded.weight, model.model.weight)
+    alive = _wrappers_alive()
+    loaded(torch.ones(2, 3)).sum().backward()
+    assert torch.equal(loaded.weight.grad, torch.full((2, 3), 2.0))
+    assert _wrappers_alive() == alive
