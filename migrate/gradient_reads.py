@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Set, Union
 
 import libcst as cst
 
-from .helper_reads import gradient_read_in
+from .helper_reads import gradient_read_in, is_gradient_read
 from .names import ModuleFacts
 from .plan import Blocked, Plan
 from .syntax import code
@@ -76,9 +76,7 @@ def check_gradient_reads_after_call(facts: ModuleFacts, plan: Plan, call: cst.Ca
 def _grad_reads(facts: ModuleFacts, holder: Holder, plan: Plan) -> Iterator[cst.Attribute]:
     """The ``.grad`` reads under ``holder`` outside the statements moved into a step."""
     for attribute in facts.subtree(holder, cst.Attribute):
-        if attribute.attr.value != "grad" or _is_write(facts, attribute):
-            continue
-        if not any(facts.within(attribute, s) for s in plan.step_statements):
+        if is_gradient_read(facts, attribute) and not any(facts.within(attribute, s) for s in plan.step_statements):
             yield attribute
 
 
@@ -157,9 +155,3 @@ def _after_a_step(order: int, backwards: List[int], steps: List[int]) -> bool:
     if not earlier:
         return bool(backwards) or any(s < order for s in steps)
     return any(earlier[-1] < s < order for s in steps)
-
-
-def _is_write(facts: ModuleFacts, attribute: cst.Attribute) -> bool:
-    """``p.grad = None``: a target, not a read."""
-    parent = facts.parent(attribute)
-    return isinstance(parent, cst.AssignTarget) and parent.target is attribute

@@ -18,7 +18,7 @@ import libcst as cst
 from .names import ModuleFacts
 from .plan import Plan
 
-__all__ = ["DEPTH", "called_function", "gradient_read_in"]
+__all__ = ["DEPTH", "called_function", "gradient_read_in", "is_gradient_read"]
 
 DEPTH = 3
 
@@ -41,6 +41,18 @@ def called_function(facts: ModuleFacts, call: cst.Call) -> Optional[cst.Function
     return None
 
 
+def is_gradient_read(facts: ModuleFacts, attribute: cst.Attribute) -> bool:
+    """``attribute`` reads a tensor's gradient: a ``.grad`` that is neither a target
+    (``p.grad = None``) nor called (``autograd.grad(...)`` computes gradients of its own and
+    reads none; a tensor's ``.grad`` is never callable)."""
+    if attribute.attr.value != "grad":
+        return False
+    parent = facts.parent(attribute)
+    if isinstance(parent, cst.AssignTarget) and parent.target is attribute:
+        return False
+    return not (isinstance(parent, cst.Call) and parent.func is attribute)
+
+
 def gradient_read_in(facts: ModuleFacts, plan: Plan, call: cst.Call) -> Optional[cst.Attribute]:
     """The first ``.grad`` read (not a ``p.grad = ...`` target) that the helper ``call``
     runs makes, following its own calls :data:`DEPTH` deep; None when it makes none or
@@ -54,8 +66,7 @@ def _read_in(facts: ModuleFacts, plan: Plan, call: cst.Call, depth: int, seen: S
         return None
     seen.add(id(function))
     for attribute in facts.subtree(function, cst.Attribute):
-        parent = facts.parent(attribute)
-        if attribute.attr.value == "grad" and not (isinstance(parent, cst.AssignTarget) and parent.target is attribute):
+        if is_gradient_read(facts, attribute):
             return attribute
     if depth <= 1:
         return None

@@ -26,6 +26,7 @@ from .state_objects import StateField
 from .synchronize import Synchronizations
 from .syntax import code, dotted
 from .weight_writes import check_weight_write
+from .wrapped_names import NAMED_ITERATORS, keeps_wrapper_names
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
@@ -373,7 +374,9 @@ class ModelUses:
                 f"not an attribute of a RoundPipe model (its module is {name}.model); "
                 "left untouched",
             )
-        if method in ("state_dict", "load_state_dict"):
+        if method in ("state_dict", "load_state_dict") or (
+            method in NAMED_ITERATORS and not keeps_wrapper_names(self.facts, self.rules.plan, attribute)
+        ):  # the wrapped module's own names, not the wrapper's (see migrate.wrapped_names)
             self.rules.plan.edits.replace_expression(
                 attribute,
                 lambda updated: updated.with_changes(value=cst.Attribute(value=updated.value, attr=cst.Name("model"))),

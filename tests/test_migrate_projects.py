@@ -54,6 +54,11 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "hf_glue_loop": [[], ["--no-fp16"]],
     "dino_teacher_student": [[], ["--no-use-fp16"]],
     "timm_ema_clip_mode": [[], ["--no-amp", "--clip-mode", "agc"]],
+    "tacotron2_apex": [[], ["--no-fp16-run"]],
+    "simclr_info_nce": [[], ["--no-fp16-precision"]],
+    "moco_v3_momentum": [[], ["--optimizer", "adamw", "--moco-m-cos"]],
+    "seq2seq_finetune": [[], ["--no-fp16", "--no-freeze-encoder"]],
+    "bert_pretrain_apex": [[], ["--no-fp16"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}

@@ -20,6 +20,14 @@ _STEP = (
 _NORM = "        print(sum(p.grad.norm() for p in model.parameters()))\n"
 _HELPER = "\n\ndef grad_norm(model):\n    return sum(p.grad.norm() for p in model.parameters())\n"
 _CALL = "        print(grad_norm(model))\n"
+# ``autograd.grad`` computes gradients of its own (an input-gradient penalty): no `.grad` read.
+_INPUT_GRAD = (
+    "\n\ndef input_grad_norm(model, x):\n"
+    "    x = x.clone().requires_grad_(True)\n"
+    "    (g,) = torch.autograd.grad(model(x).sum(), x)\n"
+    "    return g.norm()\n"
+)
+_INPUT_CALL = "        print(input_grad_norm(model, x))\n"
 
 RULE = Rule(
     name="gradient_reads",
@@ -46,6 +54,7 @@ RULE = Rule(
         Example(_STEP.format(before="", after=_NORM), codes=("RPM140",)),
         Example(_STEP.format(before="", after=_CALL) + _HELPER, codes=("RPM140",)),
         Example(_STEP.format(before=_CALL, after="") + _HELPER, expect=(_CALL + "\n        def _step_fn():",)),
+        Example(_STEP.format(before="", after=_INPUT_CALL) + _INPUT_GRAD, expect=("def _step_fn():",)),
         Example(
             'import torch\n\n\ndef log_gradients(model, scaler: "torch.amp.GradScaler"):  # no step here\n'
             "    print(scaler.get_scale(), sum(p.grad.norm() for p in model.parameters()))\n"
