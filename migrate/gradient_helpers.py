@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -67,6 +67,7 @@ _BUILTINS = frozenset(
 #: what a parameter tells without its values
 _METADATA = frozenset({"device", "dtype", "is_leaf", "ndim", "requires_grad", "shape"})
 _WALKS = frozenset({"parameters", "named_parameters"})
+_LOOPS = (cst.For, cst.CompFor)  # what binds a walked parameter
 _PREFIX = "model."  # the optimizer copies' names (optim_named_parameters)
 
 
@@ -168,7 +169,7 @@ def roles_of(facts: ModuleFacts, function: cst.FunctionDef) -> HelperRoles:
             if owner is not None and (owner in params or _self_attribute(owner)) and owner not in models:
                 models.append(owner)
     iterables: List[str] = []
-    for loop in facts.subtree(function, cst.For):
+    for loop in _loops(facts, function):
         if isinstance(loop.iter, cst.Name) and loop.iter.value in params and loop.iter.value not in iterables:
             iterables.append(loop.iter.value)
     for call in facts.subtree(function, cst.Call):
@@ -275,7 +276,9 @@ def _call_use(
                 return f"calls `{code(func)}()`"
             found = _touch(facts, inner, depth - 1, seen) if depth > 1 else "calls helpers too deep to follow"
             return None if found is None else f"calls {code(func)}(), which {found}"
-        if isinstance(root, cst.Name) and (_local(facts, function, root) or _is_parameter(function, root.value)):
+        if isinstance(root, cst.Name) and (
+            _local(facts, function, root) or _is_parameter(function, root.value) or _loop_bound(facts, function, root)
+        ):
             return None  # a method of its own values (`norms.append`, `p.grad.mul_`)
         if isinstance(root, (cst.SimpleString, cst.Integer, cst.Float, cst.List, cst.Tuple)):
             return None
@@ -294,7 +297,7 @@ def _walked_variables(facts: ModuleFacts, function: cst.FunctionDef, roles: Help
     model.parameters()``, of ``for name, p in model.named_parameters()``, of ``for p in
     parameters``)."""
     found: Set[str] = set()
-    for loop in facts.subtree(function, cst.For):
+    for loop in _loops(facts, function):
         source = _walk_source(loop.iter, roles)
         if source == "parameters" and isinstance(loop.target, cst.Name):
             found.add(loop.target.value)
@@ -307,7 +310,7 @@ def _walked_variables(facts: ModuleFacts, function: cst.FunctionDef, roles: Help
 
 def _name_variables(facts: ModuleFacts, function: cst.FunctionDef, roles: HelperRoles) -> Set[str]:
     found: Set[str] = set()
-    for loop in facts.subtree(function, cst.For):
+    for loop in _loops(facts, function):
         if _walk_source(loop.iter, roles) == "named_parameters" and isinstance(loop.target, cst.Tuple):
             first = loop.target.elements[0].value
             if isinstance(first, cst.Name):
@@ -335,7 +338,21 @@ def _grad_or_metadata(facts: ModuleFacts, name: cst.Name) -> bool:
 
 
 def _loop_target(facts: ModuleFacts, name: cst.Name) -> bool:
-    return any(isinstance(a, cst.For) and facts.within(name, a.target) for a in facts.ancestors(name))
+    return any(isinstance(a, _LOOPS) and facts.within(name, a.target) for a in facts.ancestors(name))
+
+
+def _loops(facts: ModuleFacts, function: cst.FunctionDef) -> List[Union[cst.For, cst.CompFor]]:
+    """The loops and comprehension clauses of ``function``."""
+    return [*facts.subtree(function, cst.For), *facts.subtree(function, cst.CompFor)]
+
+
+def _loop_bound(facts: ModuleFacts, function: cst.FunctionDef, name: cst.Name) -> bool:
+    """``name`` is bound by a loop or comprehension target of ``function``."""
+    return any(
+        isinstance(n, cst.Name) and n.value == name.value
+        for loop in _loops(facts, function)
+        for n in facts.subtree(loop.target, cst.Name)
+    )
 
 
 def _safe_name_test(facts: ModuleFacts, name: cst.Name) -> bool:
