@@ -120,6 +120,47 @@ main(MODE)
 """
 )
 
+METHOD = """
+import torch
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.3)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**9, growth_interval=2)
+        self.clip = 0.05
+
+    def clip_grads(self):
+        total = 0.0
+        for p in self.model.parameters():
+            if p.grad is not None:
+                total += p.grad.norm().item()
+                p.grad.mul_(min(1.0, self.clip / (p.grad.norm().item() + 1e-6)))
+        return total
+
+    def train_step(self, x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(self.model(x).float(), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        total = self.clip_grads()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad()
+        return loss.item(), total
+
+
+trainer = Trainer()
+gen = torch.Generator().manual_seed(5)
+for step in range(5):
+    x, y = torch.randn(10, 6, generator=gen) * 4, torch.randint(0, 3, (10,), generator=gen)
+    print("step", step, *trainer.train_step(x, y))
+print("final scale", trainer.scaler.get_scale())
+"""
+
 STEP = re.compile(r"^step ", re.M)
 
 
@@ -172,3 +213,7 @@ def test_a_helper_doing_more_than_gradient_work_is_refused_naming_it(change, tou
     messages = [d.format() for d in result.diagnostics if d.code == "RPM158"]
     assert len(messages) == 1 and touch in messages[0], [d.format() for d in result.diagnostics]
     assert "clip_gradients()" in messages[0] or "cancel_gradients_last_layer()" in messages[0]
+
+
+def test_a_method_walking_the_trainers_model_runs_on_the_copies(tmp_path):
+    _check(METHOD, tmp_path, "with roundpipe.OptimizerCtx():\n                self.scaler.unscale_(self.optimizer)\n")
