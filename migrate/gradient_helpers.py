@@ -231,7 +231,7 @@ def _name_use(
     if value == "self" and isinstance(parent, cst.Attribute) and parent.value is name:
         outer = facts.parent(parent)
         chain = f"self.{parent.attr.value}"
-        if chain in roles.models and not (isinstance(outer, cst.Attribute) and outer.attr.value in _WALKS):
+        if chain in roles.models and not (isinstance(outer, cst.Attribute) and _walked_at(facts, outer)):
             return f"reads `{code(outer if isinstance(outer, cst.Attribute) else parent)}` of the model"
     if value in walked and not (isinstance(parent, cst.Attribute) and parent.attr is name):
         if _grad_or_metadata(facts, name) or _loop_target(facts, name):
@@ -328,8 +328,25 @@ def _walk_source(iterated: cst.BaseExpression, roles: HelperRoles) -> Optional[s
 
 
 def _is_walk(facts: ModuleFacts, name: cst.Name) -> bool:
+    """``name.parameters()``/``name.named_parameters()`` walked (:func:`_walked_at`)."""
     parent = facts.parent(name)
-    return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in _WALKS
+    return isinstance(parent, cst.Attribute) and parent.value is name and _walked_at(facts, parent)
+
+
+def _walked_at(facts: ModuleFacts, walk: cst.Attribute) -> bool:
+    """``walk`` (``x.parameters``) is called without arguments and the result iterated by a
+    loop or comprehension, or handed to a clip function or a function of the module: never
+    counted or indexed (the copies exist only for the parameters that require gradients)."""
+    call = facts.parent(walk)
+    if walk.attr.value not in _WALKS or not isinstance(call, cst.Call) or call.func is not walk or call.args:
+        return False
+    holder = facts.parent(call)
+    if isinstance(holder, _LOOPS):
+        return holder.iter is call
+    user = facts.parent(holder) if isinstance(holder, cst.Arg) else None
+    return isinstance(user, cst.Call) and (
+        facts.calls_any(user, CLIP_FUNCTIONS) or called_function(facts, user) is not None
+    )
 
 
 def _grad_or_metadata(facts: ModuleFacts, name: cst.Name) -> bool:

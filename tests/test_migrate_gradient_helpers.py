@@ -198,12 +198,13 @@ def test_a_helper_handed_the_parameters_clips_the_copies(mode, tmp_path):
         (("        return\n", "        print(epoch)\n        return\n"), "prints"),
         (('if "last" in name:', 'if name.startswith("last"):'), "reads the parameter names"),
         (("norms = []\n", "norms = []\n    model.train()\n"), "uses the model"),
+        (("norms = []\n", "norms = [len(list(model.parameters()))]\n"), "uses the model"),
         (
             ("    return norms\n", "    return norms + [p.norm().item() for p in model.parameters()]\n"),
             "reads the weights",
         ),
     ],
-    ids=["weights", "print", "names", "model", "comprehension"],
+    ids=["weights", "print", "names", "model", "counted", "comprehension"],
 )
 def test_a_helper_doing_more_than_gradient_work_is_refused_naming_it(change, touch):
     source = DINO.replace(*change)
