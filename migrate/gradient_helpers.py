@@ -9,7 +9,8 @@ moves into the step function like ``clip_grad_norm_``, when the helper's work is
 gradients only (:func:`helper_kind`):
 
 * a parameter of the helper used as a model only through ``.parameters()`` /
-  ``.named_parameters()`` (the call must hand it the trained model: inside the step
+  ``.named_parameters()``, iterated or handed to a clip function or another helper, never
+  counted or listed (the call must hand it the trained model: inside the step
   function the call runs under ``roundpipe.OptimizerCtx()``, where those return the
   optimizer copies, which hold the gradients there), or one iterated as parameters (the
   call must hand it ``model.parameters()``, which becomes ``model.optim_parameters()``);
