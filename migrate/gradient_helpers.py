@@ -86,7 +86,7 @@ def helper_kind(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[s
     """``"clip"`` for ``helper(...)``, ``"measure"`` for ``name = helper(...)``, where
     ``helper`` is a gradient helper of this module (see the module's contract); else None."""
     call, kind = _helper_call(statement)
-    if call is None:
+    if call is None or _after_a_step(step.facts, statement):
         return None
     function = _gradient_helper(step.facts, call)
     if function is None:
@@ -438,6 +438,29 @@ def _gradient_helper(facts: ModuleFacts, call: cst.Call) -> Optional[cst.Functio
     grads = any(a.attr.value == "grad" for a in facts.subtree(function, cst.Attribute))
     clips = any(facts.calls_any(c, CLIP_FUNCTIONS) for c in facts.subtree(function, cst.Call))
     return function if grads or clips else None
+
+
+def _after_a_step(facts: ModuleFacts, statement: cst.BaseStatement) -> bool:
+    """A ``x.step(...)`` or ``x.update(...)`` line comes before ``statement`` in its block or
+    in a block around it (in the same function): a helper there reads what the step left,
+    which is judged as a read after the step (RPM140), not moved into it."""
+    node: cst.CSTNode = statement
+    while not isinstance(node, (cst.FunctionDef, cst.Module)):
+        block = facts.parent(node)
+        body: List[cst.CSTNode] = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        if node in body:
+            earlier = [s for s in body[: body.index(node)] if isinstance(s, cst.BaseStatement)]
+            if any(_steps(s) for s in earlier):
+                return True
+        if block is None:
+            return False
+        node = block
+    return False
+
+
+def _steps(statement: cst.BaseStatement) -> bool:
+    value = only_expression(statement)
+    return m.matches(value, m.Call(func=m.Attribute(attr=m.Name("step") | m.Name("update")))) if value else False
 
 
 def _helper_call(statement: cst.BaseStatement) -> Tuple[Optional[cst.Call], str]:
