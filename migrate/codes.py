@@ -372,6 +372,21 @@ _CODES: Tuple[Code, ...] = (
         "then migrate",
     ),
     Code(
+        "RPM158",
+        "gradient-helper-does-more",
+        "a project helper between the backward and the step does more than gradient work",
+        "a function of the file called between the backward (or `scaler.unscale_`) and the step walks the "
+        "parameters of the model it is handed but also reads or writes the weights, reads another attribute "
+        "of the model or the parameter names in a way the copies' `model.` prefix changes, prints, writes "
+        "state outside its locals or calls what the migration does not follow; or the call hands it "
+        "something else than the trained model (or `model.parameters()`), or, in the asynchronous form, a "
+        "variable the loop rebinds",
+        "such a call must move into the step function, where the parameters are the optimizer copies: only "
+        "work on their gradients (norms, clipping, dropping gradients) means the same there",
+        "`if self.check_gradients(loss): scaler.step(optimizer)` where `check_gradients` prints and clips",
+        "keep the helper to gradient work (move logging and loss checks out of it), or migrate by hand",
+    ),
+    Code(
         "RPM190",
         "internal-error",
         "internal error: the rewrite does not compile",

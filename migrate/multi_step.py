@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, List, Optional, Set
 import libcst as cst
 import libcst.matchers as m
 
+from .gradient_helpers import why_not_moved
 from .origins import exclusive
 from .plan import Blocked
 from .reached_models import zeroed_in_place_key
@@ -270,6 +271,9 @@ def unsupported_group(step: "StepBuilder", group: List[cst.BaseStatement], kinds
         body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         position = body.index(group[-1]) + 1 if group[-1] in body else len(body)
         stop = body[position] if position < len(body) else None
+        helper = why_not_moved(step, stop) if stop is not None else None
+        if helper is not None:  # a project helper doing more than gradient work
+            return helper
         where = f" (they stop at line {step.facts.line(stop)}: `{code(stop).strip().splitlines()[0]}`)" if stop else ""
         why = (
             f"no `{step.scaler}.step(optimizer)` among the optimizer statements after the backward{where}; not migrated"

@@ -16,15 +16,16 @@ of optimizer state does).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Type
+from typing import TYPE_CHECKING, List, Optional, Type
 
 import libcst as cst
 import libcst.matchers as m
 
 from .plan import Blocked
-from .recognised import RecognisedStep
+from .recognised import RecognisedStep, StepGroup
 from .rules import step_function
 from .rules.optimizer_writes import order_optimizer_writes
+from .same_condition import same_condition
 from .steps import StepBuilder
 from .syntax import method_call, only_expression
 from .two_path import other_branch
@@ -52,6 +53,7 @@ class PlainStepBuilder(StepBuilder):
         self.optimizer, self.model = amp_step.trained
         self.anchor = self.optimizer
         self.built, self.model_outer = amp_step.built, amp_step.model_outer
+        self.amp_step = amp_step
 
     def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
@@ -63,14 +65,15 @@ class PlainStepBuilder(StepBuilder):
     def plan(self) -> None:
         found = step_function.find_step_group(self)
         kinds = [self.classify(s) for s in found.statements]
-        if kinds.count("step") != 1 or found.block is not self.block:
+        zero_grads = [p for p in range(self.index) if self.zero_grad_call(self.body[p], self.optimizer, self.model)]
+        if kinds.count("step") != 1 or not (found.block is self.block or self._steps_as_amp(found, zero_grads)):
             raise Blocked(
                 found.statements[0],
                 "RPM136",
                 "the plain (non-AMP) path does not call "
-                f"{self.optimizer}.step() once, unconditionally, after its backward",
+                f"{self.optimizer}.step() once after its backward, unconditionally or under the "
+                "condition of the AMP path's step",
             )
-        zero_grads = [p for p in range(self.index) if self.zero_grad_call(self.body[p], self.optimizer, self.model)]
         recognised = RecognisedStep(found, self.optimizer, self.model)
         step_function.plan_step_group(self, recognised, zero_grads)
         self.rules.plan.rewrites.append(
@@ -78,6 +81,16 @@ class PlainStepBuilder(StepBuilder):
         )
         if not self.rules.exact:
             order_optimizer_writes(self, recognised, {*found.statements, self.backward})
+
+    def _steps_as_amp(self, found: StepGroup, zero_grads: List[int]) -> bool:
+        """The plain step sits under the same condition as the AMP step beside it
+        (:func:`migrate.same_condition.same_condition`), with no ``zero_grad()`` before its
+        backward (that one would move under the condition)."""
+        amp = self.amp_step
+        condition = getattr(amp, "group_condition", None)
+        if found.condition is None or zero_grads or not isinstance(amp, StepBuilder):
+            return False
+        return same_condition(found.condition, self.body, self.index, condition, amp.body, amp.index)
 
     def step_body(self, updated, kinds, optimizer: str):
         return list(updated), None

@@ -62,6 +62,7 @@ class StepBuilder:
 
     built: Binding  # the first place the optimizer is built (model_for)
     model_outer: str  # the model's name there
+    group_condition: Optional[cst.If] = None  # the `if` around the step group, once found
 
     def __init__(
         self, rules: "TorchAmpRules", scaler: str, backward: cst.SimpleStatementLine, loss: cst.BaseExpression
@@ -90,6 +91,7 @@ class StepBuilder:
         if multi_step.feeds_later_backward(self):
             return
         found = step_function.find_step_group(self)
+        self.group_condition = found.condition  # read by the plain path beside it (migrate.same_condition)
         if split_step.planned_already(self, found):
             return
         refuse_step_chosen_by_a_measure(self, found)

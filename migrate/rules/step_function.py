@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 import libcst as cst
 import libcst.matchers as m
 
-from .. import multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
+from .. import gradient_helpers, multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
 from ..ddp_guard import is_sync_context
 from ..edits import drop_keeping_comments
 from ..names import CLIP_FUNCTIONS
@@ -106,6 +106,8 @@ def classify_statement(step: "StepBuilder", statement: cst.BaseStatement) -> Opt
     value_kind = classify_value_statement(step, statement)  # grad norms, `if clip: ... else: ...`
     if value_kind is not None:
         return value_kind
+    if only_expression(statement) is None and gradient_helpers.helper_kind(step, statement) == "measure":
+        return "measure"  # `norms = clip_gradients(model, clip)`
     if (
         isinstance(statement, cst.If)
         and statement.orelse is None
@@ -127,6 +129,9 @@ def classify_statement(step: "StepBuilder", statement: cst.BaseStatement) -> Opt
             return "update"
     if step.facts.calls_any(value, CLIP_FUNCTIONS):
         return "clip"
+    helper = gradient_helpers.helper_kind(step, statement)  # `clip_gradients(model, clip)`
+    if helper is not None:
+        return helper
     owner = step.rules.reference(value.func.value) if isinstance(value.func, cst.Attribute) else None
     if owner is not None and calls_method(value, "zero_grad"):
         return "zero_grad"
@@ -295,7 +300,9 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
         assert isinstance(zero_call, cst.Call)  # a zero_grad() call (zero_grad_call)
         arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
         moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
-    escaping = escaping_values(step, [s for s, _ in step.with_kinds(group)])
+    moved = [s for s, _ in step.with_kinds(group)]
+    escaping = escaping_values(step, moved)
+    on_copies_context = gradient_helpers.needs_optimizer_context(step, moved, model)
     in_order = step_decisions.main_thread_work(step, group)
     step_suffix = ", is_async=False" if step.rules.exact or escaping.names or in_order else ""
     branch_update = step_decisions.plan_branch_updates(step, group)
@@ -305,6 +312,8 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
         update = update or branch_update
         if moved_zero is not None:
             inside.append(moved_zero)
+        if on_copies_context:  # a helper walks `model.parameters()`: the copies there
+            inside = gradient_helpers.in_optimizer_context(inside)
         if escaping.declaration is not None:
             inside = [escaping.declaration.with_changes(leading_lines=inside[0].leading_lines), *inside]
         definition = cst.ensure_type(cst.parse_statement(f"def {step_fn}():\n    pass\n"), cst.FunctionDef)

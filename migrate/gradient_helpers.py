@@ -1,0 +1,520 @@
+"""Project functions that work on the model's gradients between the backward and the step.
+
+Real trainers clip, measure and drop gradients through their own helpers between the
+backward (or ``scaler.unscale_``) and the step: DINO's ``param_norms =
+clip_gradients(student, clip)`` (a loop over ``model.parameters()`` scaling each
+``p.grad``) and ``cancel_gradients_last_layer(epoch, student, n)`` (``p.grad = None`` for
+some names), timm-style ``dispatch_clip_grad(model.parameters(), value)``. Such a call
+moves into the step function like ``clip_grad_norm_``, when the helper's work is on
+gradients only (:func:`helper_kind`):
+
+* a parameter of the helper used as a model only through ``.parameters()`` /
+  ``.named_parameters()``, iterated or handed to a clip function or another helper, never
+  counted or listed (the call must hand it the trained model: inside the step
+  function the call runs under ``roundpipe.OptimizerCtx()``, where those return the
+  optimizer copies, which hold the gradients there), or one iterated as parameters (the
+  call must hand it ``model.parameters()``, which becomes ``model.optim_parameters()``);
+* each walked parameter ``p`` read only through ``p.grad`` (read, changed in place or set),
+  and its metadata (``p.requires_grad``, ``p.shape``, ...); each parameter name only tested
+  with ``"text" in name`` or ``name.endswith(...)`` (the copies' names carry a ``model.``
+  prefix, which these tests do not see);
+* no writes to anything but its own locals and ``p.grad``, no ``global``/``nonlocal``, and
+  calls only to builtins, ``torch`` functions, methods of its own values and other such
+  helpers of the module (followed :data:`DEPTH` calls deep).
+
+A helper given the model that does anything else (reads or writes the weights, reads
+another attribute of the model, prints, writes state outside its locals) is not gradient
+work: the step is refused with RPM158 naming the helper and what it touches
+(:func:`why_not_moved`).
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Assignment
+
+from .helper_reads import called_function
+from .names import CLIP_FUNCTIONS, ModuleFacts, argument_for
+from .plan import Blocked
+from .syntax import PARAMETERS_CALL, code, dotted, only_assignment, only_expression
+
+if TYPE_CHECKING:
+    from .steps import StepBuilder
+
+__all__ = [
+    "CODE",
+    "DEPTH",
+    "HelperRoles",
+    "helper_kind",
+    "in_optimizer_context",
+    "needs_optimizer_context",
+    "roles_of",
+    "why_not_moved",
+]
+
+CODE = "RPM158"
+DEPTH = 3
+
+#: builtins a gradient helper may call
+_BUILTINS = frozenset(
+    {"abs", "all", "any", "bool", "enumerate", "float", "int", "isinstance", "iter", "len", "list", "max", "min"}
+    | {"next", "range", "reversed", "round", "sorted", "sum", "tuple", "zip"}
+)
+#: what a parameter tells without its values
+_METADATA = frozenset({"device", "dtype", "is_leaf", "ndim", "requires_grad", "shape"})
+_WALKS = frozenset({"parameters", "named_parameters"})
+_LOOPS = (cst.For, cst.CompFor)  # what binds a walked parameter
+_PREFIX = "model."  # the optimizer copies' names (optim_named_parameters)
+
+
+@dataclass(frozen=True)
+class HelperRoles:
+    """What a gradient helper is handed: ``models`` (its parameters, or ``self.x`` in a
+    method, walked through ``.parameters()``/``.named_parameters()``) and ``iterables``
+    (its parameters iterated as model parameters)."""
+
+    models: Tuple[str, ...]
+    iterables: Tuple[str, ...]
+
+
+def helper_kind(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[str]:
+    """``"clip"`` for ``helper(...)``, ``"measure"`` for ``name = helper(...)``, where
+    ``helper`` is a gradient helper of this module (see the module's contract); else None."""
+    call, kind = _helper_call(statement)
+    if call is None or _after_a_step(step.facts, statement):
+        return None
+    function = _gradient_helper(step.facts, call)
+    if function is None:
+        return None
+    return kind if _touch(step.facts, function, DEPTH, set()) is None else None
+
+
+def why_not_moved(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[Blocked]:
+    """RPM158 at the first call in ``statement`` of a helper of this module that walks the
+    parameters of what it is handed but does more than gradient work, naming the helper and
+    what it touches; None when there is none."""
+    for call in step.facts.subtree(statement, cst.Call):
+        function = _gradient_helper(step.facts, call)
+        if function is None:
+            continue
+        touch = _touch(step.facts, function, DEPTH, set())
+        if touch is not None:
+            return Blocked(
+                call,
+                CODE,
+                f"{function.name.value}() walks the model's parameters between the backward and the "
+                f"step but also {touch}: only gradient work can move into the step function, where "
+                "the parameters are the optimizer copies; not migrated",
+            )
+    return None
+
+
+def needs_optimizer_context(step: "StepBuilder", statements: Sequence[cst.BaseStatement], model: str) -> bool:
+    """True when a gradient helper call among ``statements`` (the step's, nested ones
+    included) is handed the model itself, so the step function must run it under
+    ``roundpipe.OptimizerCtx()``. Raises :class:`Blocked` (RPM158) for a call that hands a
+    helper something else than ``model`` (or ``model.parameters()``) to walk, or, in the
+    asynchronous form, a value the enclosing function rebinds (a loop variable), which the
+    step function would read late."""
+    needed = False
+    for statement in statements:
+        if step.classify(statement) not in ("clip", "measure"):
+            continue
+        call, _ = _helper_call(statement)
+        function = _gradient_helper(step.facts, call) if call is not None else None
+        if call is None or function is None:
+            continue
+        roles = roles_of(step.facts, function)
+        skipped = 1 if _is_method(step.facts, function) else 0
+        for name in roles.models:
+            handed = name if name.startswith("self.") else dotted(argument_for(call, function, name, skipped))
+            if handed != model:
+                _refuse_handed(call, function, name, model)
+            needed = True
+        for name in roles.iterables:
+            handed_value = argument_for(call, function, name, skipped)
+            if (
+                handed_value is None
+                or dotted(handed_value) != f"{model}.parameters()"
+                and not _parameters_of(handed_value, model)
+            ):
+                _refuse_handed(call, function, name, model)
+        if not step.rules.exact:
+            _refuse_rebound_arguments(step, call, function, model)
+    return needed
+
+
+def in_optimizer_context(statements: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
+    """``statements`` (a step function's body) inside ``with roundpipe.OptimizerCtx():``,
+    the first one's leading lines kept in front."""
+    first = statements[0]
+    leading = getattr(first, "leading_lines", ())
+    body = [first.with_changes(leading_lines=()), *statements[1:]] if leading else list(statements)
+    block = cst.ensure_type(cst.parse_statement("with roundpipe.OptimizerCtx():\n    pass\n"), cst.With)
+    return [block.with_changes(leading_lines=leading, body=block.body.with_changes(body=body))]
+
+
+def roles_of(facts: ModuleFacts, function: cst.FunctionDef) -> HelperRoles:
+    """The models and parameter iterables ``function`` is handed (see :class:`HelperRoles`)."""
+    params = {p.name.value for p in function.params.params}
+    models: List[str] = []
+    for call in facts.subtree(function, cst.Call):
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _WALKS:
+            owner = dotted(func.value)
+            if owner is not None and (owner in params or _self_attribute(owner)) and owner not in models:
+                models.append(owner)
+    iterables: List[str] = []
+    for loop in _loops(facts, function):
+        if isinstance(loop.iter, cst.Name) and loop.iter.value in params and loop.iter.value not in iterables:
+            iterables.append(loop.iter.value)
+    for call in facts.subtree(function, cst.Call):
+        if facts.calls_any(call, CLIP_FUNCTIONS) and call.args and isinstance(call.args[0].value, cst.Name):
+            name = call.args[0].value.value
+            if name in params and name not in iterables:
+                iterables.append(name)
+    return HelperRoles(tuple(models), tuple(n for n in iterables if n not in models))
+
+
+# ------------------------------------------------------------------ the analysis
+def _touch(facts: ModuleFacts, function: cst.FunctionDef, depth: int, seen: Set[int]) -> Optional[str]:
+    """What ``function`` does besides gradient work, in words; None for none."""
+    if id(function) in seen:
+        return None
+    seen.add(id(function))
+    roles = roles_of(facts, function)
+    walked = _walked_variables(facts, function, roles)
+    names = _name_variables(facts, function, roles)
+    for node in facts.subtree(function, (cst.Global, cst.Nonlocal)):
+        return f"declares `{code(node).strip()}`"
+    for name in facts.subtree(function, cst.Name):
+        found = _name_use(facts, function, name, roles, walked, names)
+        if found is not None:
+            return found
+    for target in _written_targets(facts, function):
+        if isinstance(target, (cst.Tuple, cst.List)):
+            continue  # its elements are listed on their own
+        root = target
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            if isinstance(root, cst.Attribute) and root.attr.value == "grad" and _root_in(root.value, walked):
+                break
+            root = root.value
+        else:
+            if not isinstance(target, cst.Name) and not _local(facts, function, root):
+                return f"writes `{code(target)}`"
+    for call in facts.subtree(function, cst.Call):
+        found = _call_use(facts, function, call, depth, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _name_use(
+    facts: ModuleFacts,
+    function: cst.FunctionDef,
+    name: cst.Name,
+    roles: HelperRoles,
+    walked: Set[str],
+    names: Set[str],
+) -> Optional[str]:
+    parent = facts.parent(name)
+    value = name.value
+    if value in roles.models and not _is_walk(facts, name):
+        if isinstance(parent, cst.Param) or isinstance(parent, cst.Attribute) and parent.attr is name:
+            return None
+        used = code(facts.statement_of(name)).strip().splitlines()[0]
+        return f"uses the model (`{used}`) otherwise than walking its parameters"
+    if value == "self" and isinstance(parent, cst.Attribute) and parent.value is name:
+        outer = facts.parent(parent)
+        chain = f"self.{parent.attr.value}"
+        if chain in roles.models and not (isinstance(outer, cst.Attribute) and _walked_at(facts, outer)):
+            return f"reads `{code(outer if isinstance(outer, cst.Attribute) else parent)}` of the model"
+    if value in walked and not (isinstance(parent, cst.Attribute) and parent.attr is name):
+        if _grad_or_metadata(facts, name) or _loop_target(facts, name):
+            return None
+        return f"reads the weights (`{code(parent if parent is not None else name)}`), not only their gradients"
+    if value in names and not _loop_target(facts, name) and not _safe_name_test(facts, name):
+        return (
+            f"reads the parameter names (`{code(parent if parent is not None else name)}`), which the optimizer "
+            f"copies spell with a `{_PREFIX}` prefix"
+        )
+    return None
+
+
+def _call_use(
+    facts: ModuleFacts, function: cst.FunctionDef, call: cst.Call, depth: int, seen: Set[int]
+) -> Optional[str]:
+    func = call.func
+    if isinstance(func, cst.Name):
+        if func.value == "print":
+            return "prints (output the optimizer thread would make)"
+        inner = called_function(facts, call)
+        if inner is not None:
+            found = _touch(facts, inner, depth - 1, seen) if depth > 1 else "calls helpers too deep to follow"
+            return None if found is None else f"calls {inner.name.value}(), which {found}"
+        shadowed = _local(facts, function, func) or _is_parameter(function, func.value)
+        if not shadowed and (func.value in _BUILTINS or _raised_builtin(facts, call)):
+            return None
+        if any(q.startswith("torch.") for q in facts.qualified(func)):
+            return None
+        return f"calls `{func.value}()`, which the migration does not follow"
+    if isinstance(func, cst.Attribute):
+        if any(q.startswith("torch.") for q in facts.qualified(func)):
+            return None
+        root = func.value
+        while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+            root = root.func if isinstance(root, cst.Call) else root.value
+        if isinstance(root, cst.Name) and root.value == "self":
+            if func.attr.value in _WALKS:
+                return None
+            inner = called_function(facts, call)
+            if inner is None:
+                return f"calls `{code(func)}()`"
+            found = _touch(facts, inner, depth - 1, seen) if depth > 1 else "calls helpers too deep to follow"
+            return None if found is None else f"calls {code(func)}(), which {found}"
+        if isinstance(root, cst.Name) and (
+            _local(facts, function, root) or _is_parameter(function, root.value) or _loop_bound(facts, function, root)
+        ):
+            return None  # a method of its own values (`norms.append`, `p.grad.mul_`)
+        if isinstance(root, (cst.SimpleString, cst.Integer, cst.Float, cst.List, cst.Tuple)):
+            return None
+        return f"calls `{code(func)}()`, which the migration does not follow"
+    return None
+
+
+def _raised_builtin(facts: ModuleFacts, call: cst.Call) -> bool:
+    """``raise ValueError(...)``: a builtin exception built to be raised."""
+    built = getattr(builtins, dotted(call.func) or "", None)
+    return isinstance(built, type) and issubclass(built, BaseException) and isinstance(facts.parent(call), cst.Raise)
+
+
+def _walked_variables(facts: ModuleFacts, function: cst.FunctionDef, roles: HelperRoles) -> Set[str]:
+    """Loop variables bound to the walked parameters (``p`` of ``for p in
+    model.parameters()``, of ``for name, p in model.named_parameters()``, of ``for p in
+    parameters``)."""
+    found: Set[str] = set()
+    for loop in _loops(facts, function):
+        source = _walk_source(loop.iter, roles)
+        if source == "parameters" and isinstance(loop.target, cst.Name):
+            found.add(loop.target.value)
+        if source == "named_parameters" and isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2:
+            last = loop.target.elements[1].value
+            if isinstance(last, cst.Name):
+                found.add(last.value)
+    return found
+
+
+def _name_variables(facts: ModuleFacts, function: cst.FunctionDef, roles: HelperRoles) -> Set[str]:
+    found: Set[str] = set()
+    for loop in _loops(facts, function):
+        if _walk_source(loop.iter, roles) == "named_parameters" and isinstance(loop.target, cst.Tuple):
+            first = loop.target.elements[0].value
+            if isinstance(first, cst.Name):
+                found.add(first.value)
+    return found
+
+
+def _walk_source(iterated: cst.BaseExpression, roles: HelperRoles) -> Optional[str]:
+    if isinstance(iterated, cst.Name) and iterated.value in roles.iterables:
+        return "parameters"
+    if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute) and not iterated.args:
+        if dotted(iterated.func.value) in roles.models and iterated.func.attr.value in _WALKS:
+            return iterated.func.attr.value
+    return None
+
+
+def _is_walk(facts: ModuleFacts, name: cst.Name) -> bool:
+    """``name.parameters()``/``name.named_parameters()`` walked (:func:`_walked_at`)."""
+    parent = facts.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.value is name and _walked_at(facts, parent)
+
+
+def _walked_at(facts: ModuleFacts, walk: cst.Attribute) -> bool:
+    """``walk`` (``x.parameters``) is called without arguments and the result iterated by a
+    loop or comprehension, or handed to a clip function or a function of the module: never
+    counted or indexed (the copies exist only for the parameters that require gradients)."""
+    call = facts.parent(walk)
+    if walk.attr.value not in _WALKS or not isinstance(call, cst.Call) or call.func is not walk or call.args:
+        return False
+    holder = facts.parent(call)
+    if isinstance(holder, _LOOPS):
+        return holder.iter is call
+    user = facts.parent(holder) if isinstance(holder, cst.Arg) else None
+    return isinstance(user, cst.Call) and (
+        facts.calls_any(user, CLIP_FUNCTIONS) or called_function(facts, user) is not None
+    )
+
+
+def _grad_or_metadata(facts: ModuleFacts, name: cst.Name) -> bool:
+    parent = facts.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in _METADATA | {"grad"}
+
+
+def _loop_target(facts: ModuleFacts, name: cst.Name) -> bool:
+    return any(isinstance(a, _LOOPS) and facts.within(name, a.target) for a in facts.ancestors(name))
+
+
+def _loops(facts: ModuleFacts, function: cst.FunctionDef) -> List[Union[cst.For, cst.CompFor]]:
+    """The loops and comprehension clauses of ``function``."""
+    return [*facts.subtree(function, cst.For), *facts.subtree(function, cst.CompFor)]
+
+
+def _loop_bound(facts: ModuleFacts, function: cst.FunctionDef, name: cst.Name) -> bool:
+    """``name`` is bound by a loop or comprehension target of ``function``."""
+    return any(
+        isinstance(n, cst.Name) and n.value == name.value
+        for loop in _loops(facts, function)
+        for n in facts.subtree(loop.target, cst.Name)
+    )
+
+
+def _safe_name_test(facts: ModuleFacts, name: cst.Name) -> bool:
+    """``"text" in name`` (a text that cannot reach into the copies' ``model.`` prefix) or
+    ``name.endswith(...)``."""
+    parent = facts.parent(name)
+    if isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value == "endswith":
+        return True
+    target = facts.parent(parent) if isinstance(parent, cst.ComparisonTarget) else None
+    if not (isinstance(parent, cst.ComparisonTarget) and isinstance(target, cst.Comparison)):
+        return False
+    if not isinstance(parent.operator, (cst.In, cst.NotIn)) or not isinstance(target.left, cst.SimpleString):
+        return False
+    text = target.left.evaluated_value
+    return isinstance(text, str) and bool(text) and not any(text.startswith(_PREFIX[i:]) for i in range(len(_PREFIX)))
+
+
+def _written_targets(facts: ModuleFacts, function: cst.FunctionDef) -> List[cst.BaseExpression]:
+    targets: List[cst.BaseExpression] = [t.target for t in facts.subtree(function, cst.AssignTarget)]
+    targets += [a.target for a in facts.subtree(function, cst.AugAssign)]
+    targets += [a.target for a in facts.subtree(function, cst.AnnAssign)]
+    targets += [d.target for d in facts.subtree(function, cst.Del)]
+    unpacked = [e.value for t in targets if isinstance(t, (cst.Tuple, cst.List)) for e in t.elements]
+    return targets + unpacked
+
+
+def _root_in(node: cst.BaseExpression, names: Set[str]) -> bool:
+    return isinstance(node, cst.Name) and node.value in names
+
+
+def _local(facts: ModuleFacts, function: cst.FunctionDef, node: cst.BaseExpression) -> bool:
+    """``node`` is a name the function binds itself (not one of its parameters)."""
+    if not isinstance(node, cst.Name):
+        return False
+    scope = facts.scope(function.body)
+    if scope is None or node.value not in scope.assignments:
+        return False
+    return all(
+        isinstance(a, Assignment) and not isinstance(a.node, cst.Param) and facts.within(a.node, function)
+        for a in scope.assignments[node.value]
+    )
+
+
+def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
+    return any(p.name.value == name for p in function.params.params)
+
+
+def _self_attribute(owner: str) -> bool:
+    return owner.startswith("self.") and owner.count(".") == 1
+
+
+def _is_method(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
+    return isinstance(facts.parent(facts.parent(function)), cst.ClassDef)
+
+
+def _gradient_helper(facts: ModuleFacts, call: cst.Call) -> Optional[cst.FunctionDef]:
+    """The function of this module ``call`` runs, when it walks the parameters of what it
+    is handed and works on gradients (reads ``.grad`` or clips); else None."""
+    function = called_function(facts, call)
+    if function is None:
+        return None
+    roles = roles_of(facts, function)
+    if not roles.models and not roles.iterables:
+        return None
+    grads = any(a.attr.value == "grad" for a in facts.subtree(function, cst.Attribute))
+    clips = any(facts.calls_any(c, CLIP_FUNCTIONS) for c in facts.subtree(function, cst.Call))
+    return function if grads or clips else None
+
+
+def _after_a_step(facts: ModuleFacts, statement: cst.BaseStatement) -> bool:
+    """A ``x.step(...)`` or ``x.update(...)`` line comes before ``statement`` in its block or
+    in a block around it (in the same function): a helper there reads what the step left,
+    which is judged as a read after the step (RPM140), not moved into it."""
+    node: cst.CSTNode = statement
+    while not isinstance(node, (cst.FunctionDef, cst.Module)):
+        block = facts.parent(node)
+        body: List[cst.CSTNode] = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        if node in body:
+            earlier = [s for s in body[: body.index(node)] if isinstance(s, cst.BaseStatement)]
+            if any(_steps(s) for s in earlier):
+                return True
+        if block is None:
+            return False
+        node = block
+    return False
+
+
+def _steps(statement: cst.BaseStatement) -> bool:
+    value = only_expression(statement)
+    return m.matches(value, m.Call(func=m.Attribute(attr=m.Name("step") | m.Name("update")))) if value else False
+
+
+def _helper_call(statement: cst.BaseStatement) -> Tuple[Optional[cst.Call], str]:
+    value = only_expression(statement)
+    if isinstance(value, cst.Call):
+        return value, "clip"
+    assign = only_assignment(statement)
+    if (
+        assign is not None
+        and isinstance(assign.value, cst.Call)
+        and all(isinstance(t.target, cst.Name) for t in assign.targets)
+    ):
+        return assign.value, "measure"
+    return None, "clip"
+
+
+def _parameters_of(value: cst.BaseExpression, model: str) -> bool:
+    return (
+        m.matches(value, PARAMETERS_CALL)
+        and isinstance(value, cst.Call)
+        and dotted(value.func) == f"{model}.parameters"
+    )
+
+
+def _refuse_handed(call: cst.Call, function: cst.FunctionDef, name: str, model: str) -> None:
+    raise Blocked(
+        call,
+        CODE,
+        f"{function.name.value}() walks the parameters of its `{name}`, which this call does not hand "
+        f"as the trained model {model!r} (or `{model}.parameters()`); not migrated",
+    )
+
+
+def _refuse_rebound_arguments(step: "StepBuilder", call: cst.Call, function: cst.FunctionDef, model: str) -> None:
+    """In the asynchronous form the step function runs after the main thread has gone on:
+    an argument naming a variable the enclosing function rebinds (a loop variable; not the
+    model) would be read late."""
+    facts = step.facts
+    scope = facts.scope(call)
+    if scope is None:
+        return
+    for name in facts.subtree(call, cst.Name):
+        if name is call.func or name.value == model.split(".")[0] or name.value not in scope.assignments:
+            continue
+        parent = facts.parent(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            continue
+        if any(
+            not isinstance(a, Assignment) or not isinstance(a.node, cst.Param) for a in scope.assignments[name.value]
+        ):
+            raise Blocked(
+                call,
+                CODE,
+                f"{function.name.value}() is handed `{name.value}`, which the enclosing function rebinds: "
+                "the asynchronous step function would read it late (use --exact, or pass a value "
+                "fixed for the step)",
+            )
