@@ -19,9 +19,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
+from .attributes import InstanceFamily
 from .origins import parameters_fed
 from .plan import Binding
-from .syntax import only_assignment
+from .syntax import code, only_assignment
 
 if TYPE_CHECKING:
     from .steps import StepBuilder
@@ -47,6 +48,8 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
         if not arg.star and isinstance(arg.value, cst.Name):
             earlier = _earlier_value(step, built, arg.value)
             names += [name for name, _ in _grouped_names(earlier)] if earlier is not None else []
+    if isinstance(built.scope, InstanceFamily):  # `self.opt = create_optimizer(args, self.model)`
+        names += _attributes_passed(step, call)
     found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
     if len(found) != 1:
         return None
@@ -66,6 +69,12 @@ def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
         receiver = grouped.func.value  # type: ignore[attr-defined]
         found.append((receiver.value, receiver))
     return found
+
+
+def _attributes_passed(step: "StepBuilder", call: cst.Call) -> List[str]:
+    """The instance attributes (``self.model``) ``call`` passes as plain arguments."""
+    passed = [step.rules.attributes.reference(a.value) for a in call.args if not a.star]
+    return [reference for reference in passed if reference is not None and "." in reference]
 
 
 def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optional[cst.BaseExpression]:
@@ -93,7 +102,7 @@ def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
     step_scope = facts.scope(step.backward)
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     root = function or facts.module
-    if step_scope is built.scope:
+    if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
         candidates = [name]
     elif isinstance(function, cst.FunctionDef):
         candidates = list(parameters_fed(step.rules, function, name, built.scope))
@@ -111,7 +120,7 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
         assert isinstance(updated, cst.Call)
         grouped = _handing_the_module(updated, model, into_arguments=True).visit(_OnTheModule(model))
         return cst.Call(
-            func=cst.Attribute(value=cst.Name(model), attr=cst.Name("adopt_optimizer")),
+            func=cst.Attribute(value=cst.parse_expression(model), attr=cst.Name("adopt_optimizer")),
             args=[cst.Arg(grouped)],  # type: ignore[arg-type]
         )
 
@@ -132,7 +141,7 @@ def _handing_the_module(call: cst.Call, model: str, into_arguments: bool) -> cst
     (``into_arguments``) so do the calls among its arguments (``AdamW(groups(model))``)."""
     args = []
     for arg in call.args:
-        if not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == model:
+        if not arg.star and m.matches(arg.value, m.Name() | m.Attribute(value=m.Name())) and code(arg.value) == model:
             arg = arg.with_changes(value=cst.Attribute(value=arg.value, attr=cst.Name("model")))
         elif into_arguments and isinstance(arg.value, cst.Call):
             arg = arg.with_changes(value=_handing_the_module(arg.value, model, into_arguments=False))
@@ -149,7 +158,8 @@ class _OnTheModule(cst.CSTTransformer):
         self.model = model
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if m.matches(updated, _GROUPED) and m.matches(updated.func.value, m.Name(self.model)):  # type: ignore[attr-defined]
-            func = updated.func.with_changes(value=cst.Attribute(value=cst.Name(self.model), attr=cst.Name("model")))
+        if m.matches(updated, _GROUPED) and code(updated.func.value) == self.model:  # type: ignore[attr-defined]
+            module = cst.Attribute(value=cst.parse_expression(self.model), attr=cst.Name("model"))
+            func = updated.func.with_changes(value=module)
             return updated.with_changes(func=func)
         return updated

@@ -1,0 +1,102 @@
+"""Local names a trainer method binds from instance attributes (issue 10, shape 1).
+
+Real trainers often read their objects into locals first and write the step on those::
+
+    def train_step(self, batch):
+        optimizer = self.optimizer          # or: opt, sched = self.opt, self.sched
+        ...
+        scaler.step(optimizer)
+
+Such a local is the attribute's object for as long as neither is bound again. Only a name
+bound once in its function's scope, by a plain one-target assignment whose value (or whose
+element at the name's position, for a tuple unpacking a tuple of the same length) is
+``receiver.attribute`` with ``receiver`` the method's instance parameter, counts; the
+origins of the optimizer are then the attribute's (:mod:`migrate.origins`).
+
+The reverse also holds in ``__init__``: ``self.model = model`` and an optimizer built on the
+constructor's parameter (``self.opt = Adam(model.parameters())``) train the attribute's object
+(:func:`constructor_alias`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import Assignment
+
+from .attributes import InstanceFamily
+from .plan import Binding
+from .syntax import only_assignment
+
+if TYPE_CHECKING:
+    from .torch_amp import TorchAmpRules
+
+__all__ = ["aliased_attribute", "constructor_alias"]
+
+
+def aliased_attribute(rules: "TorchAmpRules", binding: Binding) -> Optional[str]:
+    """``"self.optimizer"`` when ``binding`` (a plain name's) is the only binding of its name
+    in its scope and takes an instance attribute (``optimizer = self.optimizer``,
+    ``opt, sched = self.opt, self.sched``); else None."""
+    statement, value = binding.statement, binding.value
+    scope = rules.facts.scope(statement) if statement is not None else None
+    if "." in binding.name or scope is None or value is None:
+        return None
+    assignments = [a for a in scope[binding.name] if isinstance(a, Assignment)]
+    if len(assignments) != 1 or not isinstance(assignments[0].node, cst.Name):
+        return None
+    element = _element_for(assignments[0].node, rules, value)
+    if not isinstance(element, cst.Attribute):
+        return None
+    return rules.attributes.reference(element)
+
+
+def _element_for(target: cst.Name, rules: "TorchAmpRules", value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The part of ``value`` that ``target`` is bound to: all of it for ``name = value``, the
+    element at the same position for ``a, b = x, y``; None for any other shape."""
+    parent = rules.facts.parent(target)
+    if isinstance(parent, cst.AssignTarget):
+        return value
+    element = parent
+    targets = rules.facts.parent(element) if isinstance(element, cst.Element) else None
+    if not isinstance(targets, cst.Tuple) or not isinstance(rules.facts.parent(targets), cst.AssignTarget):
+        return None
+    values = value.elements if isinstance(value, cst.Tuple) else None
+    if (
+        values is None
+        or len(values) != len(targets.elements)
+        or any(isinstance(e, cst.StarredElement) for e in (*values, *targets.elements))
+    ):
+        return None
+    return values[list(targets.elements).index(element)].value  # type: ignore[arg-type]
+
+
+def constructor_alias(rules: "TorchAmpRules", optimizer: Binding, model: str) -> Optional[str]:
+    """``"self.model"`` when ``optimizer`` (an instance attribute's binding) is built in
+    ``__init__`` on ``model``, a parameter of that ``__init__`` bound nowhere else, and one
+    line of the same ``__init__`` is ``self.model = model``: the attribute holds the object
+    the optimizer is built on (``self.model = model``; ``self.opt = Adam(model.parameters())``);
+    else None."""
+    family, statement = optimizer.scope, optimizer.statement
+    if not isinstance(family, InstanceFamily) or statement is None or "." in model:
+        return None
+    method = family.method_of(statement)
+    scope = rules.facts.scope(statement)
+    if method is None or method.name.value != "__init__" or scope is None:
+        return None
+    bound = [a.node for a in scope[model] if isinstance(a, Assignment)]
+    if len(bound) != 1 or not isinstance(bound[0], cst.Param) or bound[0] not in method.params.params:
+        return None
+    targets = [
+        small.targets[0].target
+        for line in method.body.body
+        if (small := only_assignment(line)) is not None
+        and len(small.targets) == 1
+        and m.matches(small.value, m.Name(model))
+        and m.matches(small.targets[0].target, m.Attribute(value=m.Name(family.methods[method])))
+    ]
+    if len(targets) != 1:
+        return None
+    return rules.attributes.reference(targets[0])
