@@ -20,8 +20,9 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from .attributes import InstanceFamily
+from .optimizer_factories import factory_blocker
 from .origins import parameters_fed
-from .plan import Binding
+from .plan import Binding, Blocked
 from .syntax import code, only_assignment
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
     if len(found) != 1:
         return None
+    blocker = factory_blocker(step.facts, call)  # `build_optimizer(cfg, model)` also steps, wraps...
+    if blocker is not None:
+        raise Blocked(call, "RPM108", f"{blocker}; left untouched")
     name, _ = found[0]
     return name, step.local_name_for(name, built)
 
