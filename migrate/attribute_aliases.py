@@ -20,20 +20,20 @@ constructor's parameter (``self.opt = Adam(model.parameters())``) train the attr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from .attributes import InstanceFamily
-from .plan import Binding
+from .plan import Binding, Blocked
 from .syntax import only_assignment
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
 
-__all__ = ["aliased_attribute", "constructor_alias"]
+__all__ = ["aliased_attribute", "constructor_alias", "local_aliases"]
 
 
 def aliased_attribute(rules: "TorchAmpRules", binding: Binding) -> Optional[str]:
@@ -100,3 +100,19 @@ def constructor_alias(rules: "TorchAmpRules", optimizer: Binding, model: str) ->
     if len(targets) != 1:
         return None
     return rules.attributes.reference(targets[0])
+
+
+def local_aliases(rules: "TorchAmpRules", at: cst.CSTNode, reference: str) -> List[str]:
+    """The locals of the function around ``at`` that :func:`aliased_attribute` makes
+    ``reference`` (``model`` for ``"self.model"`` after ``model = self.model``)."""
+    scope = rules.facts.scope(at)
+    names = sorted({a.name for a in scope.assignments if isinstance(a, Assignment)}) if scope is not None else []
+    found = []
+    for name in names:
+        try:
+            binding = rules.binding(name, at)
+        except Blocked:
+            continue
+        if aliased_attribute(rules, binding) == reference:
+            found.append(name)
+    return found

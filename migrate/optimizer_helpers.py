@@ -19,6 +19,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
+from .attribute_aliases import local_aliases
 from .attributes import InstanceFamily
 from .optimizer_factories import factory_blocker
 from .origins import parameters_fed
@@ -106,7 +107,10 @@ def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
     step_scope = facts.scope(step.backward)
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     root = function or facts.module
-    if step_scope is built.scope or isinstance(built.scope, InstanceFamily):
+    if isinstance(built.scope, InstanceFamily):  # `self.model`, or `model = self.model` in the step's method
+        spelled = [name, *local_aliases(step.rules, step.backward, name)]
+        return [name] if any(step.model_calls(root, spelling) for spelling in spelled) else []
+    if step_scope is built.scope:
         candidates = [name]
     elif isinstance(function, cst.FunctionDef):
         candidates = list(parameters_fed(step.rules, function, name, built.scope))

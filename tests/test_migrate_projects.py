@@ -54,6 +54,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "hf_glue_loop": [[], ["--no-fp16"]],
     "dino_teacher_student": [[], ["--no-use-fp16"]],
     "timm_ema_clip_mode": [[], ["--no-amp", "--clip-mode", "agc"]],
+    "trainer_optimizer_factory": [[], ["sgd"], ["adamw", "fixed"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}

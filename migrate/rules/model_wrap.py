@@ -167,10 +167,30 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
         aliases = aliased_models(step.facts, built, model_outer)
     for trained in {model_outer, *aliases}:
         _reject_parallel(step, trained, built, guard.statement if guard is not None else None)
+    if guard is None:  # `model_without_ddp = model` before the wrap, `model` read after it
+        _refuse_source_read_after_wrap(step, built, model_outer, aliases)
     plan_model_wrap(step.rules, built, model_outer, parameter_calls)
     if guard is not None:
         plan_ddp_guard(step, built, guard)
     return model_outer, local_name_for(step, model_outer, built)
+
+
+def _refuse_source_read_after_wrap(step: "StepBuilder", built: Binding, model: str, sources: Set[str]) -> None:
+    """RPM114 when ``model`` (wrapped right before its optimizer) was bound from one of
+    ``sources`` (``model_without_ddp = model``) and that name is read after the wrap: it
+    would still hold the unwrapped module (a forward on it would bypass RoundPipe)."""
+    assert built.statement is not None  # an optimizer bound by a statement (origins)
+    after = step.facts.order(built.statement)
+    for source in sorted(sources):
+        for read in step.rules.accesses(source, built.scope):
+            if step.facts.order(read) > after:
+                raise Blocked(
+                    read,
+                    "RPM114",
+                    f"`{source}` is read after the RoundPipe wrap of {model!r} (bound from it before): "
+                    f"it would still be the unwrapped module; build the optimizer on `{source}`, or "
+                    f"bind `{model} = {source}` after it, then migrate",
+                )
 
 
 def _reject_parallel(step: "StepBuilder", model: str, built: Binding, guard: Optional[cst.CSTNode] = None) -> None:
