@@ -32,8 +32,6 @@ def scaler_in_branches(family: "InstanceFamily", writes: List[cst.Attribute]) ->
     """The first of ``writes`` (the bindings of one attribute) when they all sit in one
     ``__init__`` outside any loop, each pair in different branches of one ``if`` (one runs),
     each a plain one-target assignment of a torch GradScaler construction; else None."""
-    from .origins import exclusive  # origins builds on attributes, which uses this module
-
     facts = family.facts
     methods = {family.method_of(write) for write in writes}
     method = methods.pop() if len(methods) == 1 else None
@@ -49,9 +47,18 @@ def scaler_in_branches(family: "InstanceFamily", writes: List[cst.Attribute]) ->
         if any(isinstance(a, (cst.For, cst.While)) and facts.within(a, method) for a in facts.ancestors(write)):
             return None
     pairs = [(a, b) for i, a in enumerate(statements) for b in statements[i + 1 :]]
-    if not all(exclusive(facts, a, b) for a, b in pairs):
+    if not all(_apart(family, a, b) for a, b in pairs):
         return None
     return min(writes, key=facts.order)
+
+
+def _apart(family: "InstanceFamily", first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """The innermost ``if`` holding both statements runs one in its body, the other in its
+    ``else``/``elif`` (origins.exclusive answers the same for names; origins imports this
+    module's user, so it is not imported here)."""
+    facts = family.facts
+    holder = next((a for a in facts.ancestors(first) if isinstance(a, cst.If) and facts.within(second, a)), None)
+    return holder is not None and facts.within(first, holder.body) != facts.within(second, holder.body)
 
 
 def _scaler_kind(family: "InstanceFamily", call: cst.Call) -> object:

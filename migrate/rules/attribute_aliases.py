@@ -114,6 +114,7 @@ RULE = Rule(
     codes=("RPM108", "RPM114", "RPM120"),
     implemented_in=(
         "attribute_aliases.py",
+        "constructor_alias.py",
         "branch_scalers.py",
         "optimizer_factories.py",
         "optimizer_helpers.py",

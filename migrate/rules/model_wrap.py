@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 import libcst as cst
 
 from .. import multi_step
-from ..attribute_aliases import constructor_alias
 from ..attributes import InstanceFamily, check_wrap, wrap_where_bound, wrapped
+from ..constructor_alias import constructor_alias
 from ..ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from ..handed_in import handed_model, plan_handed_wrap
 from ..optimizer_helpers import helper_model, plan_adopting_wrap
