@@ -25,6 +25,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 from libcst.metadata import Assignment
 
+from .branch_scalers import scaler_in_branches
 from .lazy_attributes import lazy_binding
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, WritePlace
@@ -119,6 +120,7 @@ class InstanceFamily:
         if not writes:
             raise Blocked(uses[0] if uses else self.classes[0], _CODE, f"self.{attr} is never bound in {self.name}")
         lazy = lazy_binding(self, writes) if len(writes) == 2 else None  # `if self.x is None: self.x = ...`
+        lazy = lazy or scaler_in_branches(self, writes)  # `if dynamic: self.s = GradScaler() else: ...`
         skipped = [w for w in writes if w is not lazy] if lazy is not None else []
         writes = [lazy] if lazy is not None else writes
         statement = self.facts.statement_of(writes[0])

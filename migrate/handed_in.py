@@ -16,7 +16,7 @@ construction passes the parameter as a plain name or a call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -51,11 +51,12 @@ _PARALLEL = {
 }
 
 
-def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
+def _check_only_binding(facts: "ModuleFacts", binding: Binding, rewritten: Sequence[cst.Call] = ()) -> None:
     """The model's parameter is read in ``__init__`` (and, where subclasses hand it on, in
     theirs) by its attribute's binding and the forwards only, besides mode switches
-    (``model.train()``) and ``isinstance`` tests, which mean the same for the wrapped
-    model; any other use (``self.ema = copy.deepcopy(model)``) would hold the model
+    (``model.train()``), ``isinstance`` tests, which mean the same for the wrapped
+    model, and the ``model.parameters()`` calls of ``rewritten`` (the optimizer's, built on
+    the copies); any other use (``self.ema = copy.deepcopy(model)``) would hold the model
     unfollowed."""
     value = binding.value
     scope = facts.scope(value) if isinstance(value, cst.Name) else None
@@ -63,7 +64,15 @@ def _check_only_binding(facts: "ModuleFacts", binding: Binding) -> None:
     handed = constructor_parameter(facts, binding)
     if handed is not None:
         reads = [*reads, *forwarding_reads(facts, binding.scope, *handed)]  # type: ignore[arg-type]
-    other = next((read for read in reads if read is not value and not _same_when_wrapped(facts, read)), None)
+    optimized = [call.func.value for call in rewritten if isinstance(call.func, cst.Attribute)]
+    other = next(
+        (
+            read
+            for read in reads
+            if read is not value and not _same_when_wrapped(facts, read) and all(read is not o for o in optimized)
+        ),
+        None,
+    )
     if other is not None:
         raise Blocked(
             other,
@@ -233,7 +242,7 @@ def plan_handed_wrap(step: "StepBuilder", built: Binding, model: str, parameter_
     if handed is None:
         return False
     init, param = handed
-    _check_only_binding(facts, model_binding)
+    _check_only_binding(facts, model_binding, parameter_calls)
     plan = rules.plan
     for call in parameter_calls:
         plan.edits.replace_expression(

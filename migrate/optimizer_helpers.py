@@ -19,9 +19,12 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
+from .attribute_aliases import local_aliases
+from .attributes import InstanceFamily
+from .optimizer_factories import factory_blocker
 from .origins import parameters_fed
-from .plan import Binding
-from .syntax import only_assignment
+from .plan import Binding, Blocked
+from .syntax import code, only_assignment
 
 if TYPE_CHECKING:
     from .steps import StepBuilder
@@ -47,9 +50,14 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
         if not arg.star and isinstance(arg.value, cst.Name):
             earlier = _earlier_value(step, built, arg.value)
             names += [name for name, _ in _grouped_names(earlier)] if earlier is not None else []
+    if isinstance(built.scope, InstanceFamily):  # `self.opt = create_optimizer(args, self.model)`
+        names += _attributes_passed(step, call)
     found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
     if len(found) != 1:
         return None
+    blocker = factory_blocker(step.facts, call)  # `build_optimizer(cfg, model)` also steps, wraps...
+    if blocker is not None:
+        raise Blocked(call, "RPM108", f"{blocker}; left untouched")
     name, _ = found[0]
     return name, step.local_name_for(name, built)
 
@@ -66,6 +74,12 @@ def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
         receiver = grouped.func.value  # type: ignore[attr-defined]
         found.append((receiver.value, receiver))
     return found
+
+
+def _attributes_passed(step: "StepBuilder", call: cst.Call) -> List[str]:
+    """The instance attributes (``self.model``) ``call`` passes as plain arguments."""
+    passed = [step.rules.attributes.reference(a.value) for a in call.args if not a.star]
+    return [reference for reference in passed if reference is not None and "." in reference]
 
 
 def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optional[cst.BaseExpression]:
@@ -93,6 +107,9 @@ def _step_names(step: "StepBuilder", built: Binding, name: str) -> List[str]:
     step_scope = facts.scope(step.backward)
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
     root = function or facts.module
+    if isinstance(built.scope, InstanceFamily):  # `self.model`, or `model = self.model` in the step's method
+        spelled = [name, *local_aliases(step.rules, step.backward, name)]
+        return [name] if any(step.model_calls(root, spelling) for spelling in spelled) else []
     if step_scope is built.scope:
         candidates = [name]
     elif isinstance(function, cst.FunctionDef):
@@ -111,7 +128,7 @@ def plan_adopting_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
         assert isinstance(updated, cst.Call)
         grouped = _handing_the_module(updated, model, into_arguments=True).visit(_OnTheModule(model))
         return cst.Call(
-            func=cst.Attribute(value=cst.Name(model), attr=cst.Name("adopt_optimizer")),
+            func=cst.Attribute(value=cst.parse_expression(model), attr=cst.Name("adopt_optimizer")),
             args=[cst.Arg(grouped)],  # type: ignore[arg-type]
         )
 
@@ -132,7 +149,7 @@ def _handing_the_module(call: cst.Call, model: str, into_arguments: bool) -> cst
     (``into_arguments``) so do the calls among its arguments (``AdamW(groups(model))``)."""
     args = []
     for arg in call.args:
-        if not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == model:
+        if not arg.star and m.matches(arg.value, m.Name() | m.Attribute(value=m.Name())) and code(arg.value) == model:
             arg = arg.with_changes(value=cst.Attribute(value=arg.value, attr=cst.Name("model")))
         elif into_arguments and isinstance(arg.value, cst.Call):
             arg = arg.with_changes(value=_handing_the_module(arg.value, model, into_arguments=False))
@@ -149,7 +166,8 @@ class _OnTheModule(cst.CSTTransformer):
         self.model = model
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if m.matches(updated, _GROUPED) and m.matches(updated.func.value, m.Name(self.model)):  # type: ignore[attr-defined]
-            func = updated.func.with_changes(value=cst.Attribute(value=cst.Name(self.model), attr=cst.Name("model")))
+        if m.matches(updated, _GROUPED) and code(updated.func.value) == self.model:  # type: ignore[attr-defined]
+            module = cst.Attribute(value=cst.parse_expression(self.model), attr=cst.Name("model"))
+            func = updated.func.with_changes(value=module)
             return updated.with_changes(func=func)
         return updated

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
+from .attribute_aliases import aliased_attribute
 from .attributes import InstanceFamily
 from .inherited_init import handed_arguments
 from .method_calls import method_call_sites
@@ -41,6 +42,9 @@ def origins(rules: "TorchAmpRules", name: str, at: cst.CSTNode, depth: int = 0) 
     call expression on a line of its own statement."""
     facts = rules.facts
     binding = rules.binding(name, at)
+    attribute = aliased_attribute(rules, binding)  # `optimizer = self.optimizer` in a method
+    if attribute is not None and depth <= _MAX_DEPTH:
+        return origins(rules, attribute, binding.statement or at, depth + 1)
     handed = constructor_parameter(facts, binding)  # `self.model = model` in __init__
     if handed is not None and depth <= _MAX_DEPTH:
         return _through_constructions(rules, binding, *handed, depth)

@@ -218,7 +218,7 @@ class StepBuilder:
     def plan_wrap(self, built: Binding, model: str) -> None:
         """Wrap ``model`` where the optimizer ``built`` on it is built, its parameters
         grouped by a helper (:mod:`migrate.optimizer_helpers`)."""
-        model_wrap.plan_model_wrap(self.rules, built, model, [])
+        model_wrap.plan_helper_wrap(self, built, model)
 
     def zero_grad_call(self, statement: cst.BaseStatement, optimizer: str, model: str) -> bool:
         call = only_expression(statement)

@@ -164,7 +164,10 @@ class TorchAmpRules:
                 continue  # an alias of a state object's scaler: RPM125 names the blocker
             scope = self.facts.scope(owner)
             assignments = [a for a in scope[owner.value] if isinstance(a, Assignment)] if scope is not None else []
-            built_elsewhere = all(self._built_by_other_call(self._origin(a, call)) for a in assignments)
+            built_elsewhere = all(
+                self._built_by_other_call(self._origin(a, call)) or self._alias_of_handled_attribute(a)
+                for a in assignments
+            )
             if assignments and built_elsewhere:
                 continue
             self.plan.blocked.append(
@@ -209,6 +212,14 @@ class TorchAmpRules:
         except Blocked:
             return False
         return self._built_by_other_call(tracked.statement) or bool(injected)
+
+    def _alias_of_handled_attribute(self, assignment: Assignment) -> bool:
+        """``scaler = self.scaler`` in a method, the attribute followed already or holding a
+        scaler that is not torch's (RoundPipe's own, as migrated)."""
+        node = assignment.node
+        small = only_assignment(self.facts.statement_of(node)) if isinstance(node, cst.CSTNode) else None
+        value = small.value if small is not None and len(small.targets) == 1 else None
+        return isinstance(value, cst.Attribute) and self._attribute_scaler_handled(value)
 
     def _other_scaler(self, _: "TorchAmpRules", value: cst.BaseExpression) -> bool:
         """``value`` is a known call that is not a torch GradScaler (RoundPipe's own)."""

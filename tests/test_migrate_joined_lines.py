@@ -16,9 +16,11 @@ PROJECT = pathlib.Path(__file__).resolve().parent / "migrate_projects" / "mmengi
 
 def test_lines_named_in_a_joined_diagnostic_are_lines_of_its_own_file():
     sources = {name: (PROJECT / name).read_text() for name in ("optim_wrapper.py", "main.py")}
+    # the scaler built in either branch is followed; a third binding, outside them, is not
+    sources["optim_wrapper.py"] += "\n    def close(self):\n        self.loss_scaler = None\n"
     results = migrate_project(sources, exact=True)
     wrapper = sources["optim_wrapper.py"].splitlines()
     bound = [number for number, text in enumerate(wrapper, 1) if "self.loss_scaler = " in text]
-    assert len(bound) == 2
+    assert len(bound) == 3
     [message] = [d.message for d in results["optim_wrapper.py"].diagnostics if d.code == "RPM120"]
-    assert f"(lines {bound[0]}, {bound[1]})" in message
+    assert f"(lines {bound[0]}, {bound[1]}, {bound[2]})" in message

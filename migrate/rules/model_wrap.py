@@ -15,6 +15,7 @@ import libcst as cst
 
 from .. import multi_step
 from ..attributes import InstanceFamily, check_wrap, wrap_where_bound, wrapped
+from ..constructor_alias import constructor_alias
 from ..ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from ..handed_in import handed_model, plan_handed_wrap
 from ..optimizer_helpers import helper_model, plan_adopting_wrap
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..steps import StepBuilder
     from ..torch_amp import TorchAmpRules
 
-__all__ = ["RULE", "local_name_for", "model_for", "plan_model_wrap"]
+__all__ = ["RULE", "local_name_for", "model_for", "plan_helper_wrap", "plan_model_wrap"]
 
 RULE = Rule(
     name="model_wrap",
@@ -150,6 +151,7 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
             "cannot be mapped to RoundPipe's optimizer copies)",
         )
     model_outer = owners.pop()
+    model_outer = constructor_alias(step.rules, built, model_outer) or model_outer  # `self.model = model`
     if "." in model_outer and not isinstance(built.scope, InstanceFamily):
         raise Blocked(
             built.value, "RPM108", f"the optimizer is built on {model_outer!r} outside its class's own attributes"
@@ -165,10 +167,30 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
         aliases = aliased_models(step.facts, built, model_outer)
     for trained in {model_outer, *aliases}:
         _reject_parallel(step, trained, built, guard.statement if guard is not None else None)
+    if guard is None:  # `model_without_ddp = model` before the wrap, `model` read after it
+        _refuse_source_read_after_wrap(step, built, model_outer, aliases)
     plan_model_wrap(step.rules, built, model_outer, parameter_calls)
     if guard is not None:
         plan_ddp_guard(step, built, guard)
     return model_outer, local_name_for(step, model_outer, built)
+
+
+def _refuse_source_read_after_wrap(step: "StepBuilder", built: Binding, model: str, sources: Set[str]) -> None:
+    """RPM114 when ``model`` (wrapped right before its optimizer) was bound from one of
+    ``sources`` (``model_without_ddp = model``) and that name is read after the wrap: it
+    would still hold the unwrapped module (a forward on it would bypass RoundPipe)."""
+    assert built.statement is not None  # an optimizer bound by a statement (origins)
+    after = step.facts.order(built.statement)
+    for source in sorted(sources):
+        for read in step.rules.accesses(source, built.scope):
+            if step.facts.order(read) > after:
+                raise Blocked(
+                    read,
+                    "RPM114",
+                    f"`{source}` is read after the RoundPipe wrap of {model!r} (bound from it before): "
+                    f"it would still be the unwrapped module; build the optimizer on `{source}`, or "
+                    f"bind `{model} = {source}` after it, then migrate",
+                )
 
 
 def _reject_parallel(step: "StepBuilder", model: str, built: Binding, guard: Optional[cst.CSTNode] = None) -> None:
@@ -202,6 +224,18 @@ def local_name_for(step: "StepBuilder", model_outer: str, built: Binding) -> str
 
 def _wrapped_parameter(step: "StepBuilder", function: cst.FunctionDef, name: str) -> None:
     step.rules.plan.wrapped_models.append((step.facts.scope(function.body.body[0]), name, 0))
+
+
+def plan_helper_wrap(step: "StepBuilder", built: Binding, model: str) -> None:
+    """Wrap ``model``, whose optimizer ``built`` a helper groups, as :func:`plan_model_wrap`
+    does; a trainer's model attribute where every construction hands it in, else in
+    ``__init__`` right before the optimizer, only where it is built there
+    (:func:`~migrate.attributes.check_wrap`)."""
+    if isinstance(built.scope, InstanceFamily):
+        if plan_handed_wrap(step, built, model, []):  # `self.model = model`: wrapped by the caller
+            return
+        check_wrap(built.scope, model, built)
+    plan_model_wrap(step.rules, built, model, [])
 
 
 def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, parameter_calls: List[cst.Call]) -> None:

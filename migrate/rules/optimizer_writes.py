@@ -101,6 +101,8 @@ def order_optimizer_writes(step: "StepBuilder", recognised: "RecognisedStep", sk
     for built, model_outer in step.builds:
         if isinstance(built.scope, InstanceFamily):
             places[:] = instance_places(built.scope, function, step.backward, optimizer, model)
+            if built.name != optimizer:  # `opt = self.opt` in the step's method; the others write `self.opt`
+                places += instance_places(built.scope, function, step.backward, built.name, model)
         if built.scope is facts.scope(step.backward) or not trainer or built.name == INLINE:
             continue
         scope = built.scope
