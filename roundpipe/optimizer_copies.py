@@ -50,11 +50,6 @@ class OptimizerCopies:
         # delivers the parameter's gradient (then the buffer is freed) or ends (then the
         # buffer goes back).
         self._held: Dict[nn.Parameter, torch.Tensor] = {}
-        # Gradients a synchronous step's function left on a copy (``zero_grad(set_to_none=
-        # False)``, or no zeroing), shown on the model parameter too (:meth:`share_kept_grads`),
-        # with their version counter then and the hook that settles the sharing before a
-        # backward adds into it. Held weakly, as ``_returned``.
-        self._shared: Dict[nn.Parameter, Tuple[weakref.ref[torch.Tensor], int, RemovableHandle]] = {}
         self._arrival_hooks: List[RemovableHandle] = []
 
     @property
@@ -120,9 +115,7 @@ class OptimizerCopies:
         counts as no gradient, as the None a plain loop's ``zero_grad()`` leaves there, also
         when it was written in place (``clip_grad_norm_`` or unscaling over all gradients,
         ``zero_grad(set_to_none=False)`` on the model): it stays on the model and its copy
-        gets none, so optimizers skip it as plain torch does. A gradient the model shares
-        with its copy since a synchronous step (:meth:`share_kept_grads`) is the copy's
-        already: it only leaves the model.
+        gets none, so optimizers skip it as plain torch does.
 
         Returns the gradients moved by reference, for :meth:`hand_back_grads` once the
         step that uses them has finished.
@@ -133,12 +126,6 @@ class OptimizerCopies:
             for param in self._module.parameters():
                 grad = param.grad
                 returned = self._returned.pop(param, None)
-                if self._shared and param in self._shared:
-                    if self._settle_shared(param, copy_of[param]):
-                        handed[param] = cast(torch.Tensor, grad)  # the copy already holds it
-                        param.grad = None
-                        continue
-                    grad = param.grad
                 if grad is None:
                     continue
                 if returned is not None and returned[0]() is grad:
@@ -181,70 +168,6 @@ class OptimizerCopies:
                     released[param] = grad.zero_()
         return released
 
-    def share_kept_grads(self) -> None:
-        """After a synchronous step: a gradient its step function left on a copy (zeroed in
-        place by ``zero_grad(set_to_none=False)``, or not zeroed) becomes the model
-        parameter's ``.grad`` as well, so the two hold one gradient tensor, as the plain
-        loop's single ``param.grad``: the model reads what the plain loop would, the next
-        backward adds into it in place, an in-place write (``model.zero_grad(set_to_none=
-        False)``) reaches the copy, and dropping or replacing it on either side before the
-        next step (``model.zero_grad()``, ``optimizer.zero_grad()``, ``param.grad = g``)
-        drops it on both (:meth:`hand_over_grads`, :meth:`backward_stores_gradients`), so
-        the optimizer skips a parameter the plain loop would leave without a gradient.
-        Only a dense gradient of the model parameter's dtype and device is shared (a copy
-        in another ``optim_dtype`` keeps its own, as a master copy's in a master-weight
-        loop), and only with a parameter that has no gradient. Main thread.
-        """
-        for param, copy in self._pairs:
-            grad = copy.grad
-            if (
-                grad is not None
-                and param.grad is None
-                and grad.dtype == param.dtype
-                and grad.device == param.device
-                and grad.layout == torch.strided
-            ):
-                param.grad = grad
-                self._shared[param] = (weakref.ref(grad), grad._version, self._settle_before_backward(param))
-
-    def _settle_before_backward(self, param: nn.Parameter) -> RemovableHandle:
-        """A hook on ``param``'s next incoming gradient (any backward, before it accumulates)
-        that settles its sharing first, so a copy gradient dropped since (a main-thread
-        ``optimizer.zero_grad()``) takes the shared tensor off the model before the backward
-        could add into it."""
-        return param.register_hook(_CopiesHook(self, OptimizerCopies._settle_before_accumulation, param))
-
-    def _settle_before_accumulation(self, _incoming: torch.Tensor, param: nn.Parameter) -> None:
-        if self._copy_of is not None and param in self._shared:
-            self._settle_shared(param, self._copy_of[param], keep_if_both_hold=True)
-
-    def _settle_shared(self, param: nn.Parameter, copy: nn.Parameter, keep_if_both_hold: bool = False) -> bool:
-        """End the sharing of ``param``'s gradient with ``copy`` (:meth:`share_kept_grads`).
-        True when both still hold it: the copy has the gradient already. Otherwise the side
-        that was changed wins: a model gradient dropped or replaced since drops the copy's
-        (the plain loop's ``param.grad`` is what the model shows); a copy gradient dropped
-        or replaced since takes the shared tensor off the model too, unless it was written
-        since (a backward outside ``forward_backward`` added into it), when it stays as the
-        model's gradient to hand over. With ``keep_if_both_hold`` (before a backward) a
-        sharing that still holds on both sides is kept."""
-        buffer, version, hook = self._shared[param]
-        shared = buffer()
-        grad = param.grad
-        both = shared is not None and copy.grad is shared and grad is shared
-        if both and keep_if_both_hold:
-            return True
-        del self._shared[param]
-        hook.remove()
-        if shared is None:
-            return False
-        if copy.grad is shared:
-            if grad is shared:
-                return True
-            copy.grad = None
-        elif grad is shared and grad._version == version:
-            param.grad = None
-        return False
-
     def hand_back_grads(self, released: HandedGrads) -> None:
         """Give buffers from :meth:`release_grads` back to the model, once that step is done.
 
@@ -283,13 +206,7 @@ class OptimizerCopies:
         return _StoringBackward(self)
 
     def _take_untouched_buffers(self) -> None:
-        """Entering :meth:`backward_stores_gradients`: take the given-back buffers off, and
-        a shared gradient whose copy has let go of it since (the next backward then stores
-        its own, as after the plain loop's ``optimizer.zero_grad()``)."""
-        if self._shared and self._copy_of is not None:
-            for param in [p for p, (buffer, _, _) in self._shared.items() if p.grad is buffer()]:
-                if self._copy_of[param].grad is not param.grad:
-                    self._settle_shared(param, self._copy_of[param])
+        """Entering :meth:`backward_stores_gradients`: take the given-back buffers off."""
         for param in list(self._returned):
             buffer, version = self._returned[param]
             grad = param.grad
@@ -336,9 +253,6 @@ class OptimizerCopies:
         """
         if self._copy_of is None:
             return
-        for _, _, hook in self._shared.values():
-            hook.remove()
-        self._shared.clear()
         by_name = dict(self._module.named_parameters())
         self._pair_up([(by_name.get(name, param), copy) for name, (param, copy) in zip(self._names, self._pairs)])
         self._copy_of = dict(self._pairs)
@@ -349,21 +263,20 @@ class OptimizerCopies:
 
 
 class _CopiesHook:
-    """A hook on a model parameter that calls ``method(copies, tensor, *args)`` while the
+    """A hook on a model parameter that calls ``method(copies, tensor)`` while the
     :class:`OptimizerCopies` it serves is alive. It holds them weakly (a module that outlives
     its RoundPipe keeps no optimizer copies alive) and is pickled as an :class:`_InertHook`,
     so a module saved whole (``torch.save(model.model, path)``) loads as a plain module that
     carries nothing of the runtime."""
 
-    def __init__(self, copies: OptimizerCopies, method: Callable[..., None], *args: object) -> None:
+    def __init__(self, copies: OptimizerCopies, method: Callable[[OptimizerCopies, torch.Tensor], None]) -> None:
         self._copies = weakref.ref(copies)
         self._method = method
-        self._args = args
 
     def __call__(self, tensor: torch.Tensor) -> None:
         copies = self._copies()
         if copies is not None:
-            self._method(copies, tensor, *self._args)
+            self._method(copies, tensor)
 
     def __reduce__(self) -> Tuple[type, Tuple[()]]:
         return (_InertHook, ())

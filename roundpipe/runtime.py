@@ -361,7 +361,6 @@ class RoundPipe(nn.Module):
             self._step_in_flight = None
             finished = step_call
             self._run_synchronous_step(step_call, previous_failure)
-            self._copies.share_kept_grads()
         if finished is not None:
             self._copies.hand_back_grads(finished.released)
         if previous_failure is not None:
