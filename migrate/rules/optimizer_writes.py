@@ -10,7 +10,7 @@ finds the writes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Set
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..recognised import RecognisedStep
     from ..steps import StepBuilder
 
-__all__ = ["RULE", "order_optimizer_writes"]
+__all__ = ["RULE", "order_optimizer_writes", "write_places"]
 
 RULE = Rule(
     name="optimizer_writes",
@@ -91,6 +91,26 @@ def order_optimizer_writes(step: "StepBuilder", recognised: "RecognisedStep", sk
     ordering to another rule (``step.orders_optimizer_writes``)."""
     if not step.orders_optimizer_writes:
         return
+    facts = step.facts
+    places, trainers = write_places(step, recognised)
+    for root, name, model_name, anchors in places:
+
+        def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
+            return is_scheduler(step.rules, owner, at) and multi_step.schedules(step, owner, at, name)
+
+        for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
+            if anchors is None or any(may_run_after(step.facts, statement, anchor) for anchor in anchors):
+                if model_name is None:
+                    raise _no_model_handle(statement, anchors)
+                step.rules.plan.synchronize_before.append((statement, model_name))
+
+
+def write_places(step: "StepBuilder", recognised: "RecognisedStep") -> Tuple[List[WritePlace], Set[str]]:
+    """Every place the ``recognised`` step's optimizer may be used on the main thread: the
+    step's function, the callers that built the optimizer, the callers of the step's
+    function up the chain the optimizer is handed along, a trainer's methods, a state
+    object's functions, aliases; with the names of the functions on the caller chain (their
+    calls run the step)."""
     optimizer, model = recognised.optimizer, recognised.model
     facts = step.facts
     function = facts.enclosing(step.backward, (cst.FunctionDef,))
@@ -112,7 +132,7 @@ def order_optimizer_writes(step: "StepBuilder", recognised: "RecognisedStep", sk
             if m.matches(c.func, m.Name(trainer) | m.Attribute(attr=m.Name(trainer)))
         ]
         places.append(WritePlace(root, built.name, model_outer, calls))
-    if isinstance(function, cst.FunctionDef) and not step.rules.exact:
+    if isinstance(function, cst.FunctionDef):
         # `fit` calls `train_step(model, batch, optimizer, scaler)`, then steps the scheduler
         callers, chain = caller_places(step.rules, function, optimizer, model)
         trainers |= chain
@@ -130,16 +150,7 @@ def order_optimizer_writes(step: "StepBuilder", recognised: "RecognisedStep", sk
         WritePlace(function or facts.module, alias, model, [step.backward])
         for alias in sorted(spellings(facts, optimizer, step.backward) - {optimizer})
     ]
-    for root, name, model_name, anchors in places:
-
-        def its_scheduler(owner: str, at: cst.CSTNode, name: str = name) -> bool:
-            return is_scheduler(step.rules, owner, at) and multi_step.schedules(step, owner, at, name)
-
-        for statement in optimizer_writes(facts, root, name, its_scheduler, skipped, trainers):
-            if anchors is None or any(may_run_after(step.facts, statement, anchor) for anchor in anchors):
-                if model_name is None:
-                    raise _no_model_handle(statement, anchors)
-                step.rules.plan.synchronize_before.append((statement, model_name))
+    return places, trainers
 
 
 def _no_model_handle(statement: cst.CSTNode, anchors: Optional[List[cst.CSTNode]]) -> Blocked:
