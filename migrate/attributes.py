@@ -160,11 +160,7 @@ class InstanceFamily:
     def _check_outside(self, attr: str, allowed: FrozenSet[str]) -> None:
         """Uses of ``.attr`` on objects that may be instances of the family, from outside it:
         only ``is None`` tests and the ``allowed`` method calls."""
-        for node in self.facts.subtree(self.facts.module, cst.Attribute):
-            if node.attr.value != attr or self._through_receiver(node) or not self._may_be_instance(node.value):
-                continue
-            if self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is not None:
-                continue  # `from torch.optim.lr_scheduler import LambdaLR`: a module's name
+        for node in self.outside_uses(attr):
             parent = self.facts.parent(node)
             if tests_presence(parent, node):
                 continue
@@ -180,6 +176,19 @@ class InstanceFamily:
                 f"from outside the class; the object in self.{attr} changes with the migration, so "
                 "every use of it must be in the class; left untouched",
             )
+
+    def outside_uses(self, attr: str) -> List[cst.Attribute]:
+        """The ``x.attr`` nodes of the module, outside the family's methods, whose ``x`` may
+        be an instance of the family (not a module name in an import), in source order."""
+        return [
+            node
+            for node in self.facts.subtree(self.facts.module, cst.Attribute)
+            if node.attr.value == attr
+            and not self._through_receiver(node)
+            and self._may_be_instance(node.value)
+            # `from torch.optim.lr_scheduler import LambdaLR`: a module's name
+            and self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is None
+        ]
 
     def _may_be_instance(self, value: cst.BaseExpression, depth: int = 0) -> bool:
         """``value`` may hold an instance of the family. Not: another attribute of the

@@ -19,6 +19,7 @@ from .parallel import other_trainer
 from .plan import Blocked
 from .reached_models import unproven_reach
 from .returned import returned_targets
+from .rules.model_zero_grad import emit_model_zeroing
 from .shared_parameters import ParameterFeeds
 from .split_step import calls_own_method
 from .state_helpers import state_only_parameter
@@ -75,6 +76,7 @@ class ModelUses:
         ] = {}  # function -> attribute model -> calls
 
     def plan(self) -> None:
+        emit_model_zeroing(self.facts, self.rules.plan)
         for statement, name in self.rules.plan.synchronize_before:
             if statement in self.rules.plan.step_statements:
                 continue  # moved into a step function (another path's step) after all

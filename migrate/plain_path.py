@@ -24,6 +24,7 @@ import libcst.matchers as m
 from .plan import Blocked
 from .recognised import RecognisedStep, StepGroup
 from .rules import step_function
+from .rules.model_zero_grad import zero_models_beside
 from .rules.optimizer_writes import order_optimizer_writes
 from .same_condition import same_condition
 from .steps import StepBuilder
@@ -79,6 +80,7 @@ class PlainStepBuilder(StepBuilder):
         self.rules.plan.rewrites.append(
             (self.backward, "autograd form for the plain (non-AMP) path: its forward, loss code and backward are kept")
         )
+        zero_models_beside(self, recognised, {*found.statements, self.backward})
         if not self.rules.exact:
             order_optimizer_writes(self, recognised, {*found.statements, self.backward})
 

@@ -66,6 +66,8 @@ class Plan:
     trained_models: Dict[cst.CSTNode, str] = field(default_factory=dict)  # backward -> the model its step trains
     # models whose zero_grad() stays on the model before their backward (migrate.reached_models)
     zeroed_in_place: Set[Tuple[int, str]] = field(default_factory=set)
+    # (optimizer.zero_grad() call, model name): main-thread zero_grads to follow with the model's
+    zero_models_after: List[Tuple[cst.Call, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.microbatch:

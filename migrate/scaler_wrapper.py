@@ -74,6 +74,7 @@ from .optimizer_writes import is_scheduler, optimizer_writes
 from .plain_path import PlainStepBuilder, plan_plain_path
 from .plan import Binding, Blocked
 from .rules.model_wrap import plan_model_wrap
+from .rules.model_zero_grad import plan_model_zeroing
 from .rules.scaler_constructor import rewrite_constructor
 from .syntax import PARAMETERS_CALL, bare_method_call, code, leading_lines, only_assignment, only_expression
 
@@ -615,6 +616,9 @@ class ScalerWrappers:
         if model is None or not isinstance(optimizer, cst.Name):
             return
         site = self._plan_plain_path(call, optimizer.value, model)
+        root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
+        # the wait for the wrapper's step comes right after the call (_order_optimizer_writes)
+        plan_model_zeroing(self.plan, self.facts, root, optimizer.value, model, {site}, False)
         if not self.rules.exact:
             self._order_optimizer_writes(site, optimizer.value, model)
 

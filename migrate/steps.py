@@ -26,6 +26,7 @@ from .recognised import RecognisedStep, StepGroup
 from .rules import loss_function, model_wrap, step_function
 from .rules.autograd_form import plan_autograd_form
 from .rules.loss_function import ForwardPlan, ForwardRegion
+from .rules.model_zero_grad import zero_models_beside
 from .rules.optimizer_writes import order_optimizer_writes
 from .rules.step_function import StepBody
 from .step_decisions import refuse_step_chosen_by_a_measure
@@ -122,10 +123,11 @@ class StepBuilder:
         self.fused_form_planned(region, zero_grads, forward)
         step_function.plan_step_group(self, recognised, zero_grads)
         self.rules.plan.edits.replace_range(self.block, self.index, self.index + 1, drop_keeping_comments)
+        forward_statements = region.with_statement or region.statements[region.start : region.end]
+        skipped: Set[cst.CSTNode] = {*recognised.group.statements, self.backward, *region.outside}
+        skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
+        zero_models_beside(self, recognised, skipped)
         if not self.rules.exact:  # a synchronous step has finished when model.step returns
-            forward_statements = region.with_statement or region.statements[region.start : region.end]
-            skipped: Set[cst.CSTNode] = {*recognised.group.statements, self.backward, *region.outside}
-            skipped |= {forward_statements} if isinstance(forward_statements, cst.With) else set(forward_statements)
             order_optimizer_writes(self, recognised, skipped)
 
     # ------------------------------------------------ hooks of the step's shape

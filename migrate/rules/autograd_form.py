@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..plan import Blocked
 from ..recognised import RecognisedStep
 from . import Example, Pattern, Rule
+from .model_zero_grad import zero_models_beside
 from .optimizer_writes import order_optimizer_writes
 from .step_function import plan_step_group, require_every_iteration
 
@@ -209,7 +210,9 @@ RULE = Rule(
             _MICRO_STEPS.replace(
                 "    for it in range(steps):\n", "    for it in range(steps):\n        optimizer.zero_grad()\n"
             ).replace("        optimizer.zero_grad(set_to_none=True)\n", ""),
-            expect=("        model.synchronize()\n        optimizer.zero_grad()\n        for micro_step",),
+            expect=(
+                "        model.synchronize()\n        optimizer.zero_grad()\n        model.zero_grad()\n        for micro_step",
+            ),
         ),
         Example(_ZEROED_EACH_MICRO_STEP, codes=("RPM135",)),
         Example(_ALREADY_MIGRATED),
@@ -263,5 +266,6 @@ def plan_autograd_form(step: "StepBuilder", recognised: RecognisedStep, unfused:
             f"autograd form: forward, loss code and backward kept on the main thread (not fused: {unfused.message})",
         )
     )
+    zero_models_beside(step, recognised, {*found.statements, step.backward})
     if not step.rules.exact:
         order_optimizer_writes(step, recognised, {*found.statements, step.backward})

@@ -254,8 +254,8 @@ RULE = Rule(
             expect=(
                 "        def _step_fn():\n            scaler.step(opt_e)\n\n        enc.step(_step_fn)\n"
                 "\n        def _step_fn_2():\n            scaler.step(opt_d)\n\n        dec.step(_step_fn_2)\n"
-                "        scaler.update()\n        enc.synchronize()\n        opt_e.zero_grad()\n"
-                "        dec.synchronize()\n        opt_d.zero_grad()\n",
+                "        scaler.update()\n        enc.synchronize()\n        opt_e.zero_grad()\n        enc.zero_grad()\n"
+                "        dec.synchronize()\n        opt_d.zero_grad()\n        dec.zero_grad()\n",
             ),
         ),
         Example(_CLIPPED_TOGETHER, codes=("RPM107",)),

@@ -71,8 +71,21 @@ RULE = Rule(
             "梯度累积（步骤外包着 `if (i + 1) % k == 0:`）",
             "每次迭代都执行 `forward_backward`，`model.step` + `scaler.update()` 放在同一条件下",
         ),
+        Pattern(
+            "the backward as the last statement of the `with torch.autocast(...)` block, the step after that block",
+            "the step group after the `with` is recognised as if the backward followed the block (a `zero_grad()` before the `with` stays there, on the optimizer and the model: rule model_zero_grad)",
+            "反向传播是 `with torch.autocast(...)` 块的最后一条语句，优化器步骤在该块之后",
+            "识别 `with` 之后的步骤组，如同反向传播在该块之后（`with` 之前的 `zero_grad()` 留在原处，同时作用于优化器和模型：规则 model_zero_grad）",
+        ),
     ),
     examples=(
+        Example(
+            'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        optimizer.zero_grad()\n        with torch.autocast("cuda"):\n            loss = torch.nn.functional.mse_loss(model(x), y)\n            scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n',
+            expect=(
+                '        optimizer.zero_grad()\n        model.zero_grad()\n        with torch.autocast("cuda"):\n',
+                "        def _step_fn():\n            scaler.step(optimizer)\n\n        model.step(_step_fn)\n        scaler.update()\n",
+            ),
+        ),
         Example(
             'import torch\n\n\ndef train(model, batches):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    scaler = torch.amp.GradScaler("cuda")\n    for x, y in batches:\n        with torch.autocast("cuda"):\n            out = model(x)\n            loss = torch.nn.functional.mse_loss(out, y)\n        scaler.scale(loss).backward()\n        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n',
             expect=(
@@ -174,8 +187,9 @@ def optimizer_of(step: "StepBuilder", group: List[cst.BaseStatement]) -> str:
 def find_step_group(step: "StepBuilder") -> StepGroup:
     """The optimizer step statements: the first contiguous run of step statements after
     the backward, in this block or in the body of an ``if`` (gradient accumulation)
-    that follows it; when the backward ends the body of a loop of micro-steps (nothing
-    after it uses the scaler), the same after that loop."""
+    that follows it; when the backward ends the body of a loop of micro-steps, of a
+    ``no_sync``/``nullcontext`` block or of an autocast block (nothing after it uses the
+    scaler), the same after that statement."""
     refuse_scale_read_inside_step(step)
     refuse_scale_compared_after_update(step)
     block, body, after = step.block, step.body, step.index
@@ -185,7 +199,8 @@ def find_step_group(step: "StepBuilder") -> StepGroup:
             return found
         loop = step.facts.parent(block)
         climbable = isinstance(loop, (cst.For, cst.While)) and loop.orelse is None
-        if stopped or not (climbable or is_sync_context(step.facts, loop)):  # no_sync/nullcontext block
+        autocast = isinstance(loop, cst.With) and all(step.facts.is_autocast(item) for item in loop.items)
+        if stopped or not (climbable or autocast or is_sync_context(step.facts, loop)):  # no_sync/nullcontext block
             break
         outer = step.facts.parent(loop)
         if not isinstance(outer, (cst.IndentedBlock, cst.Module)):

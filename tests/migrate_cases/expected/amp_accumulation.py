@@ -35,7 +35,9 @@ def main():
     labels_all = torch.randint(0, num_classes, (num_iters, 16))
 
     model.train()
+    model.synchronize()
     optimizer.zero_grad()
+    model.zero_grad()
     for i in range(num_iters):
         inputs = inputs_all[i].to(device)
         targets = labels_all[i].to(device)

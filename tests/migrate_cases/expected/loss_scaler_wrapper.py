@@ -59,6 +59,7 @@ def main(model, loader, accum_iter):
         model.synchronize()
         if update:
             optimizer.zero_grad()
+            model.zero_grad()
             print(norm.item())
     model.synchronize()
     torch.save({"model": model.model.state_dict(), loss_scaler.state_dict_key: loss_scaler.state_dict()}, "ckpt.pth")

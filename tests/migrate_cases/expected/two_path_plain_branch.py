@@ -14,6 +14,7 @@ def train(model, loader, use_amp, clip):
     for x, y in loader:
         model.synchronize()
         optimizer.zero_grad()
+        model.zero_grad()
         with torch.autocast("cuda", enabled=use_amp):
             out = model(x)
         loss = torch.nn.functional.cross_entropy(out.float(), y)
