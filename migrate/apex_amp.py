@@ -41,7 +41,13 @@ from .apex_plain import (
     plain_setup,
     steps_follow,
 )
-from .apex_two_path import anchor_at_split, is_overflow_test, refuse_fused, split_backward
+from .apex_two_path import (
+    anchor_at_split,
+    is_overflow_test,
+    plan_disabled_initialize,
+    refuse_fused,
+    split_backward,
+)
 from .edits import carry_comments
 from .header import top_block
 from .names import ModuleFacts
@@ -128,6 +134,8 @@ class ApexStepBuilder(StepBuilder):
         )
 
     def plan_autograd_form(self, recognised: RecognisedStep, unfused: Blocked) -> None:
+        if self.split is not None:
+            plan_disabled_initialize(self, self.split, recognised.model)
         plan_apex_autograd_form(self, recognised, unfused)
 
     def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:

@@ -18,12 +18,19 @@ import libcst.matchers as m
 
 from .plain_path import PLAIN_BACKWARD
 from .plan import Blocked
-from .syntax import only_expression
+from .syntax import code, names_in, only_expression
 
 if TYPE_CHECKING:
     from .steps import StepBuilder
 
-__all__ = ["SplitBackward", "anchor_at_split", "is_overflow_test", "refuse_fused", "split_backward"]
+__all__ = [
+    "SplitBackward",
+    "anchor_at_split",
+    "is_overflow_test",
+    "plan_disabled_initialize",
+    "refuse_fused",
+    "split_backward",
+]
 
 
 class SplitBackward:
@@ -104,3 +111,42 @@ def is_overflow_test(statement: cst.BaseStatement) -> bool:
         and isinstance(assign.targets[0].target, cst.Name)
         and m.matches(assign.value, _OVERFLOW_TEST)
     )
+
+
+def plan_disabled_initialize(step: "StepBuilder", split: SplitBackward, model: str) -> None:
+    """Where ``amp.initialize`` of ``model`` runs only under ``if C:`` (Tacotron2, BERT:
+    apex is set up for fp16 runs alone), the plain path would step a model RoundPipe never
+    wrapped: add ``else: <same targets> = roundpipe.compat.initialize(<models>, <optimizers>,
+    enabled=False)`` (apex's ``enabled=False`` returns them unchanged; compat's wraps them
+    without casting and installs disabled scalers). ``C`` must be the split's own condition
+    and the ``if`` have no ``else``; raises :class:`Blocked` (RPM136) otherwise."""
+    function = step.facts.enclosing(split.statement, (cst.FunctionDef,))
+    for call in step.facts.subtree(function or step.facts.module, (cst.Call,)):
+        if not step.facts.calls_any(call, {"apex.amp.initialize"}):
+            continue
+        line = step.facts.statement_of(call)
+        assign = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+        if not isinstance(assign, cst.Assign) or model not in names_in(assign.targets[0].target):
+            continue
+        guard = step.facts.enclosing(line, (cst.If, cst.FunctionDef))
+        if not isinstance(guard, cst.If):
+            return  # set up on both paths
+        if guard.orelse is not None or not guard.test.deep_equals(split.statement.test):
+            raise Blocked(
+                line,
+                "RPM136",
+                f"amp.initialize of `{model}` runs only under `if {code(guard.test)}:`, not the "
+                f"condition of the two-path backward (`if {code(split.statement.test)}:`): the "
+                "plain path would step a model RoundPipe never wrapped",
+            )
+        positional = [a for a in call.args if a.keyword is None][:2]
+        arguments = ", ".join(code(a.value) for a in positional)
+        disabled = cst.parse_statement(
+            f"{code(assign.targets[0].target)} = roundpipe.compat.initialize({arguments}, enabled=False)\n"
+        )
+        orelse = cst.Else(body=cst.IndentedBlock(body=[disabled]))
+        step.rules.plan.edits.replace_expression(guard, lambda updated: updated.with_changes(orelse=orelse))
+        step.rules.plan.rewrites.append(
+            (guard, "apex set up only for fp16 runs: the plain path's model is wrapped with enabled=False")
+        )
+        return

@@ -90,10 +90,38 @@ CASES = [
     if (clip, level) != ("one-clip", "O2")
 ]
 
+_INITIALIZE = "    model, optimizer = amp.initialize("
+
 
 @pytest.mark.parametrize("clip, fp16, level", CASES)
 def test_both_paths_print_apexs_numbers_and_the_default_runs_the_same_steps(clip, fp16, level, tmp_path):
     source = PROGRAM.replace("LEVEL", level).replace("CLIP\n", CLIPS[clip]).replace("FP16", fp16)
+    _check_migrations(source, clip, fp16, tmp_path)
+
+
+@pytest.mark.parametrize("fp16", ["True", "False"])
+def test_apex_set_up_for_fp16_runs_only_gets_a_disabled_set_up_for_the_plain_path(fp16, tmp_path):
+    """Tacotron2's ``if hparams.fp16_run: model, optimizer = amp.initialize(...)``: the
+    plain path is the untouched fp32 program."""
+    source = PROGRAM.replace("LEVEL", "O1").replace("CLIP\n", CLIPS["clip-per-path"]).replace("FP16", fp16)
+    source = source.replace(_INITIALIZE, "    if fp16:\n    " + _INITIALIZE)
+    migrated = _check_migrations(source, "clip-per-path", fp16, tmp_path)
+    assert "    else:\n        model, optimizer = roundpipe.compat.initialize(model, optimizer, enabled=False)\n" in (
+        migrated
+    )
+
+
+def test_apex_set_up_under_another_condition_is_refused():
+    source = PROGRAM.replace("LEVEL", "O1").replace("CLIP\n", CLIPS["one-clip"]).replace("FP16", "True")
+    source = source.replace(_INITIALIZE, "    if torch.cuda.is_available():\n    " + _INITIALIZE)
+    result = migrate_source(source, "main.py", exact=True)
+    assert [d.code for d in result.diagnostics] == ["RPM136"]
+    assert "the plain path would step a model RoundPipe never wrapped" in result.diagnostics[0].message
+    assert result.migrated == source
+
+
+def _check_migrations(source: str, clip: str, fp16: str, tmp_path: pathlib.Path) -> str:
+    """Run ``source`` and its migrations; return the exact one."""
     exact = migrate_source(source, "main.py", exact=True)
     assert not exact.diagnostics, [(d.code, d.message) for d in exact.diagnostics]
     assert "            with model.scale_loss(loss, amp_scaler) as scaled_loss:\n" in exact.migrated
@@ -107,3 +135,4 @@ def test_both_paths_print_apexs_numbers_and_the_default_runs_the_same_steps(clip
     default = migrate_source(source, "main.py", exact=False)
     assert not default.diagnostics, [(d.code, d.message) for d in default.diagnostics]
     assert STEP.findall(_run(default.migrated, tmp_path / "default")) == STEP.findall(original)
+    return exact.migrated
