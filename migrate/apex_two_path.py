@@ -150,3 +150,22 @@ def plan_disabled_initialize(step: "StepBuilder", split: SplitBackward, model: s
             (guard, "apex set up only for fp16 runs: the plain path's model is wrapped with enabled=False")
         )
         return
+    _refuse_set_up_elsewhere_under_a_condition(step)
+
+
+def _refuse_set_up_elsewhere_under_a_condition(step: "StepBuilder") -> None:
+    """The step's model is set up outside its function (a setup helper, ``self``): raise
+    :class:`Blocked` (RPM136) when any ``amp.initialize`` of the module runs under an ``if``,
+    as the plain path may then step a model RoundPipe never wrapped."""
+    for call in step.facts.subtree(step.facts.module, (cst.Call,)):
+        if not step.facts.calls_any(call, {"apex.amp.initialize"}):
+            continue
+        guard = step.facts.enclosing(call, (cst.If, cst.FunctionDef))
+        if isinstance(guard, cst.If):
+            raise Blocked(
+                call,
+                "RPM136",
+                f"amp.initialize runs only under `if {code(guard.test)}:`, away from the two-path "
+                f"backward on line {step.facts.line(step.backward)}: the plain path may step a model "
+                "RoundPipe never wrapped",
+            )

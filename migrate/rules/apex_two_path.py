@@ -64,6 +64,29 @@ def train(model, batches, args):
         optimizer.step()
 """
 
+_HANDED_IN = """import torch
+from apex import amp
+
+
+def train(model, optimizer, batches, fp16):
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+
+
+def main(model, batches, fp16):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    train(model, optimizer, batches, fp16)
+"""
+
 _MIGRATED = """import roundpipe
 import torch
 
@@ -135,6 +158,10 @@ RULE = Rule(
             _TACOTRON2.replace(
                 "    if fp16_run:\n        from apex", "    if torch.cuda.is_available():\n        from apex"
             ),
+            codes=("RPM136",),
+        ),
+        Example(  # apex set up under a condition in the caller, away from the step
+            _HANDED_IN,
             codes=("RPM136",),
         ),
         Example(  # the plain branch does more than back-propagate: no split, and no step after the block
