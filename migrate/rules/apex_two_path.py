@@ -120,7 +120,7 @@ RULE = Rule(
     "after it) migrates in the autograd form: both backwards kept, the shared optimizer work in one "
     "model.step",
     codes=("RPM136",),
-    implemented_in=("rules/apex_two_path.py", "apex_two_path.py", "apex_amp.py"),
+    implemented_in=("apex_two_path.py", "apex_amp.py"),
     patterns=(
         Pattern(
             "apex two-path split: `if fp16: with amp.scale_loss(loss, optimizer) as s: s.backward()` / `else: loss.backward()`, then one shared step (`clip_grad_norm_` on `model.parameters()`, or `if fp16: grad_norm = clip_grad_norm_(amp.master_params(optimizer), t); is_overflow = math.isnan(grad_norm) else: grad_norm = clip_grad_norm_(model.parameters(), t)`; `optimizer.step()`); `amp.initialize` unconditional or under the same `if fp16:`",
