@@ -41,6 +41,13 @@ from .apex_plain import (
     plain_setup,
     steps_follow,
 )
+from .apex_two_path import (
+    anchor_at_split,
+    is_overflow_test,
+    plan_disabled_initialize,
+    refuse_fused,
+    split_backward,
+)
 from .edits import carry_comments
 from .header import top_block
 from .names import ModuleFacts
@@ -94,6 +101,14 @@ class ApexStepBuilder(StepBuilder):
         self.optimizer = optimizer
         self.anchor = optimizer
         self.first: cst.BaseStatement = statement
+        self.split = split_backward(self) if self.autograd_form else None  # apex_two_path.py
+        if self.split is not None:
+            anchor_at_split(self, self.split)
+
+    def check_fusable(self) -> None:
+        if self.split is not None:
+            refuse_fused(self, self.split)
+        super().check_fusable()
 
     def classify(self, statement: cst.BaseStatement) -> Optional[str]:
         value = only_expression(statement)
@@ -101,8 +116,11 @@ class ApexStepBuilder(StepBuilder):
             return "step"
         if isinstance(value, cst.Call) and method_call(value, self.optimizer, "zero_grad"):
             return "zero_grad"
+        if self.split is not None and is_overflow_test(statement):  # `is_overflow = math.isnan(grad_norm)`
+            return "measure"
         kind = super().classify(statement)
-        return kind if kind in ("clip", "measure", "zero_grad", "scheduler") else None
+        kept = ("clip", "measure", "zero_grad", "scheduler") + (("guarded",) if self.split is not None else ())
+        return kind if kind in kept else None
 
     # The model and the optimizer may be ``self.<attribute>`` (HeldOnSelf): the name checks
     # of the torch step compare their source text here.
@@ -116,6 +134,8 @@ class ApexStepBuilder(StepBuilder):
         )
 
     def plan_autograd_form(self, recognised: RecognisedStep, unfused: Blocked) -> None:
+        if self.split is not None:
+            plan_disabled_initialize(self, self.split, recognised.model)
         plan_apex_autograd_form(self, recognised, unfused)
 
     def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
@@ -172,7 +192,7 @@ class ApexStepBuilder(StepBuilder):
 
     def step_body(self, updated: List[cst.BaseStatement], kinds: List[Optional[str]], optimizer: str) -> StepBody:
         inside: List[Any] = list(updated)
-        measured = [i for i, kind in enumerate(kinds) if kind in ("clip", "measure")]
+        measured = [i for i, kind in enumerate(kinds) if kind in ("clip", "measure", "guarded")]
         if measured:  # apex unscaled on leaving scale_loss; clipping and norms need it too
             first = measured[0]
             unscale = cst.parse_statement(f"{self.scaler}.unscale_({optimizer})\n")

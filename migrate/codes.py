@@ -281,11 +281,14 @@ _CODES: Tuple[Code, ...] = (
         "the plain branch beside a migrated AMP step is not one backward and one step",
         "in `if amp: <AMP step> else: <plain step>` (or beside an optional loss-scaler wrapper), "
         "the plain branch runs several backwards, or does not call `optimizer.step()` exactly "
-        "once, unconditionally, after its backward",
+        "once, unconditionally, after its backward; or, in apex's two-path split, "
+        "`amp.initialize` runs under a condition other than the split's own `if`",
         "once the AMP path is migrated the model is wrapped, so the plain path must train "
-        "through `model.step` too; a step of another shape cannot be moved there with certainty",
+        "through `model.step` too; a step of another shape cannot be moved there with certainty, "
+        "and a model apex set up under another condition may reach the plain path unwrapped",
         "`else: loss.backward(); if ready: optimizer.step()`",
-        "give the plain branch one `loss.backward()` followed by one `optimizer.step()`, or migrate by hand",
+        "give the plain branch one `loss.backward()` followed by one `optimizer.step()`; set apex "
+        "up unconditionally (`enabled=flag`) or under the split's condition; or migrate by hand",
     ),
     Code(
         "RPM137",

@@ -110,7 +110,7 @@ class StepBuilder:
         if split_functions.plan_detached_function(self, recognised):
             return
         try:
-            multi_step.check_fusable(self)
+            self.check_fusable()
             region = loss_function.forward_region(self, recognised)
             forward = loss_function.plan_forward(self, region, model)
         except Blocked as unfused:
@@ -159,6 +159,11 @@ class StepBuilder:
     autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
     orders_optimizer_writes = True  # False where another rule orders them (a wrapper's two-path step)
     step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
+
+    def check_fusable(self) -> None:
+        """Raise why the step cannot take the fused form (an unfusable code), if it cannot
+        (:func:`migrate.multi_step.check_fusable`; the apex two-path split never can)."""
+        multi_step.check_fusable(self)
 
     def plan_autograd_form(self, recognised: RecognisedStep, unfused: Blocked) -> None:
         """See :func:`migrate.rules.autograd_form.plan_autograd_form` (for the modules that
