@@ -37,38 +37,7 @@ def slow_step(monkeypatch):
     monkeypatch.setattr(torch.optim.SGD, "step", slowed)
 
 
-# The modules whose tests take longest (tens of seconds each on two cores), longest first.
-# They run first, so that under ``pytest -n 2`` no long test starts when the other worker has
-# nothing left to do; the other modules keep their order, and each module its tests' order.
-LONGEST_MODULES_FIRST = (
-    "test_migrate_output_lint.py",
-    "test_examples_run.py",
-    "test_migrate_split_functions.py",
-    "test_docs_site.py",
-    "test_apex_plain_target.py",
-    "test_script_runs.py",
-    "test_upstream_api_names.py",
-    "test_runtime_allocations.py",
-    "test_optim_stream_exit.py",
-    "test_parity.py",
-    "test_migrate_project.py",
-    "test_migrate_rules.py",
-    "test_compat_apex_rules.py",
-    "test_migrate_cli_hostile.py",
-    "test_compat.py",
-    "test_migrate_projects.py",
-    "test_migrate_execution.py",
-)
-
-
-def _start_rank(item: pytest.Item) -> int:
-    """Where ``item``'s module stands in :data:`LONGEST_MODULES_FIRST` (after it if absent)."""
-    name = item.path.name
-    return LONGEST_MODULES_FIRST.index(name) if name in LONGEST_MODULES_FIRST else len(LONGEST_MODULES_FIRST)
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_start_rank)  # stable: the same order in every xdist worker
     # Markers, not ``item.keywords``: keywords also hold the names of the folders above a
     # test, so a checkout in a folder called ``apex`` or ``cuda`` would skip every test.
     if not torch.cuda.is_available():
