@@ -12,7 +12,8 @@ absolute path, the traceback of an uncaught exception on stderr with exit code 1
 ``SystemExit`` out of :func:`serve`, so non-daemon threads are joined, ``atexit`` callbacks,
 finalizers and the final flush run as in a fresh ``python``). torch's and numpy's global
 random generators are reseeded from the OS in each child, as a fresh import would seed them.
-What a program can still tell apart: torch (and what torch imports) is already in
+What a program can still tell apart: torch (and what torch imports) and ``torch._dynamo``
+(which the first ``torch.optim.Optimizer`` would import, seconds of every run) are already in
 ``sys.modules``, the string hash seed is the runner's (so a test that a script prints the
 same twice must run the second time as a plain subprocess), and a traceback or
 ``inspect.stack()`` taken inside the script has the runner's frames below the script's.
@@ -33,6 +34,7 @@ import threading
 import types
 
 import torch  # noqa: F401 - the point: every child starts with torch imported
+import torch._dynamo  # noqa: F401 - imported by the first optimizer's constructor
 
 
 def _exit_code(exit: SystemExit) -> int:

@@ -7,6 +7,7 @@ in the calling thread when the program ends, and a program run after it in the s
 would compute under it.
 """
 
+import functools
 import pathlib
 import sys
 
@@ -23,9 +24,16 @@ def end_o1_casts() -> None:
     cache on: torch's defaults)."""
     for module in list(sys.modules.values()):
         location = getattr(module, "__file__", None)
-        if location is not None and pathlib.Path(location).resolve() == FAKE_AMP:
+        if location is not None and _is_fake_amp(location):
             module._close_casts()
     stop_casting()
     for device_type in ("cpu", "cuda"):
         torch.set_autocast_enabled(device_type, False)
     torch.set_autocast_cache_enabled(True)
+
+
+@functools.lru_cache(maxsize=None)
+def _is_fake_amp(location: str) -> bool:
+    """Whether the file at ``location`` is the apex stand-in's amp.py, links resolved (kept
+    per location: resolving the thousands of modules torch loads took 0.2 s a test)."""
+    return pathlib.Path(location).resolve() == FAKE_AMP

@@ -3,18 +3,14 @@ migrate.split_functions, in one file and across files (migrate.joined_classes.ca
 The migrated programs print exactly the original's numbers under --exact; every shape the
 rule cannot prove sound is refused, with nothing changed."""
 
-import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from migrate.engine import migrate_source
 from migrate.project import migrate_project
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from script_runs import run_python
 
 AMP_SETUP = textwrap.dedent(
     """\
@@ -74,10 +70,9 @@ MAIN = "import torch\n\nfrom amp_setup import setup_amp\nfrom steps import backw
 
 
 def _run(folder: pathlib.Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=True
-    )
+    """What ``python main.py`` in ``folder`` prints (it must exit 0)."""
+    done = run_python(["main.py"], cwd=folder, timeout=120)
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 

@@ -32,7 +32,7 @@ import pytest
 import roundpipe.compat
 from migrate.engine import migrate_source
 from migrate.rules import all_rules
-from upstream_api import COMPAT, check_program
+from upstream_api import COMPAT, Report, check_program
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,8 +105,15 @@ def _catalogue_programs() -> Dict[str, str]:
     return programs
 
 
+@functools.lru_cache(maxsize=None)
+def _report(source: str) -> Report:
+    """:func:`check_program`'s report of ``source``, made once: the collection and several
+    tests check the same programs."""
+    return check_program(source)
+
+
 def _is_compat(case: str) -> bool:
-    return bool(check_program(_programs()[case]).compat_names)
+    return bool(_report(_programs()[case]).compat_names)
 
 
 def _upstream_cases() -> List[Any]:
@@ -116,7 +123,7 @@ def _upstream_cases() -> List[Any]:
     for case in _programs():
         if _is_compat(case):
             continue
-        keys = {v.key for v in check_program(_programs()[case]).violations}
+        keys = {v.key for v in _report(_programs()[case]).violations}
         reasons = sorted({KNOWN_GAPS[key] for key in keys & set(KNOWN_GAPS)})
         marks = [pytest.mark.xfail(strict=True, reason="; ".join(reasons))] if reasons else []
         params.append(pytest.param(case, marks=marks, id=case))
@@ -125,14 +132,14 @@ def _upstream_cases() -> List[Any]:
 
 @pytest.mark.parametrize("case", _upstream_cases())
 def test_migrated_program_runs_on_upstream_api(case: str) -> None:
-    report = check_program(_programs()[case])
+    report = _report(_programs()[case])
     assert not report.violations, "\n".join(map(str, report.violations))
 
 
 @pytest.mark.parametrize("case", list(_programs()))
 def test_migrated_program_has_no_unknown_upstream_gap(case: str) -> None:
     """Strict for every case, compat ones included: nothing beyond KNOWN_GAPS."""
-    unknown = [v for v in check_program(_programs()[case]).violations if v.key not in KNOWN_GAPS]
+    unknown = [v for v in _report(_programs()[case]).violations if v.key not in KNOWN_GAPS]
     assert not unknown, "\n".join(map(str, unknown))
 
 
@@ -141,7 +148,7 @@ def test_compat_case_is_an_apex_migration_needing_only_compat(case: str) -> None
     """The compat case: roundpipe.compat is what it needs beyond upstream (other gaps are
     the known ones, checked above), and only apex migrations need more of it than timm's
     loss-scaler wrapper (:data:`NON_APEX_COMPAT`)."""
-    report = check_program(_programs()[case])
+    report = _report(_programs()[case])
     used = report.compat_names - {COMPAT}
     assert used <= {f"{COMPAT}.{name}" for name in roundpipe.compat.__all__}
     if not used <= NON_APEX_COMPAT:
@@ -166,13 +173,13 @@ def test_rule_catalogue_examples_need_nothing_upstream_lacks_beyond_known_gaps()
     assert {Path(case).name for case in programs if case.startswith("catalogue-default/")} == rewriting
     problems = []
     for case, text in programs.items():
-        report = check_program(text)
+        report = _report(text)
         problems += [f"{case}: {v}" for v in report.violations if v.key not in KNOWN_GAPS]
         used = report.compat_names - {COMPAT}
         if not used <= NON_APEX_COMPAT and "apex" not in case:
             problems.append(f"{case}: needs {sorted(used)} without apex")
     assert not problems, "\n".join(problems)
-    seen = {v.key for text in [*programs.values(), *_programs().values()] for v in check_program(text).violations}
+    seen = {v.key for text in [*programs.values(), *_programs().values()] for v in _report(text).violations}
     assert set(KNOWN_GAPS) <= seen
 
 
