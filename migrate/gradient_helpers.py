@@ -26,6 +26,11 @@ A helper given the model that does anything else (reads or writes the weights, r
 another attribute of the model, prints, writes state outside its locals) is not gradient
 work: the step is refused with RPM158 naming the helper and what it touches
 (:func:`why_not_moved`).
+
+The helper may be a top-level function of another given file the module imports
+(``utils.clip_gradients(student, clip)``, ``from utils import clip_gradients as clip``,
+``from . import utils``; :mod:`migrate.foreign_functions`): it is judged in its own file
+with the same checks, and that file is not rewritten.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
+from .foreign_functions import imported_function
 from .helper_reads import called_function
 from .names import CLIP_FUNCTIONS, ModuleFacts, argument_for
 from .plan import Blocked
@@ -52,6 +58,7 @@ __all__ = [
     "HelperRoles",
     "helper_kind",
     "in_optimizer_context",
+    "is_gradient_only",
     "needs_optimizer_context",
     "roles_of",
     "why_not_moved",
@@ -84,25 +91,27 @@ class HelperRoles:
 
 def helper_kind(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[str]:
     """``"clip"`` for ``helper(...)``, ``"measure"`` for ``name = helper(...)``, where
-    ``helper`` is a gradient helper of this module (see the module's contract); else None."""
+    ``helper`` is a gradient helper of this module or another given file (see the module's contract); else None."""
     call, kind = _helper_call(statement)
     if call is None or _after_a_step(step.facts, statement):
         return None
-    function = _gradient_helper(step.facts, call)
-    if function is None:
+    found = _gradient_helper(step, call)
+    if found is None:
         return None
-    return kind if _touch(step.facts, function, DEPTH, set()) is None else None
+    return kind if _touch(*found, DEPTH, set()) is None else None
 
 
 def why_not_moved(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[Blocked]:
-    """RPM158 at the first call in ``statement`` of a helper of this module that walks the
+    """RPM158 at the first call in ``statement`` of a helper (of this module or another given
+    file) that walks the
     parameters of what it is handed but does more than gradient work, naming the helper and
     what it touches; None when there is none."""
     for call in step.facts.subtree(statement, cst.Call):
-        function = _gradient_helper(step.facts, call)
-        if function is None:
+        found = _gradient_helper(step, call)
+        if found is None:
             continue
-        touch = _touch(step.facts, function, DEPTH, set())
+        function = found[1]
+        touch = _touch(*found, DEPTH, set())
         if touch is not None:
             return Blocked(
                 call,
@@ -126,11 +135,12 @@ def needs_optimizer_context(step: "StepBuilder", statements: Sequence[cst.BaseSt
         if step.classify(statement) not in ("clip", "measure"):
             continue
         call, _ = _helper_call(statement)
-        function = _gradient_helper(step.facts, call) if call is not None else None
-        if call is None or function is None:
+        found = _gradient_helper(step, call) if call is not None else None
+        if call is None or found is None:
             continue
-        roles = roles_of(step.facts, function)
-        skipped = 1 if _is_method(step.facts, function) else 0
+        facts, function = found
+        roles = roles_of(facts, function)
+        skipped = 1 if _is_method(facts, function) else 0
         for name in roles.models:
             handed = name if name.startswith("self.") else dotted(argument_for(call, function, name, skipped))
             if handed != model:
@@ -426,18 +436,33 @@ def _is_method(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
     return isinstance(facts.parent(facts.parent(function)), cst.ClassDef)
 
 
-def _gradient_helper(facts: ModuleFacts, call: cst.Call) -> Optional[cst.FunctionDef]:
-    """The function of this module ``call`` runs, when it walks the parameters of what it
-    is handed and works on gradients (reads ``.grad`` or clips); else None."""
-    function = called_function(facts, call)
+def _gradient_helper(step: "StepBuilder", call: cst.Call) -> Optional[Tuple[ModuleFacts, cst.FunctionDef]]:
+    """The function ``call`` runs, of this module or of another given file
+    (:mod:`migrate.foreign_functions`), with the metadata of its module, when it walks the
+    parameters of what it is handed and works on gradients (reads ``.grad`` or clips);
+    else None."""
+    facts, function = step.facts, called_function(step.facts, call)
     if function is None:
-        return None
+        foreign = imported_function(step.facts, step.rules.foreign, call)
+        if foreign is None:
+            return None
+        facts, function = foreign.facts, foreign.function
+    return (facts, function) if _walks_gradients(facts, function) else None
+
+
+def is_gradient_only(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
+    """``function`` (of the module ``facts`` describes) is a gradient helper doing nothing
+    but gradient work (see the module's contract)."""
+    return _walks_gradients(facts, function) and _touch(facts, function, DEPTH, set()) is None
+
+
+def _walks_gradients(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
+    """``function`` walks the parameters of what it is handed and reads ``.grad`` or clips."""
     roles = roles_of(facts, function)
     if not roles.models and not roles.iterables:
-        return None
+        return False
     grads = any(a.attr.value == "grad" for a in facts.subtree(function, cst.Attribute))
-    clips = any(facts.calls_any(c, CLIP_FUNCTIONS) for c in facts.subtree(function, cst.Call))
-    return function if grads or clips else None
+    return grads or any(facts.calls_any(c, CLIP_FUNCTIONS) for c in facts.subtree(function, cst.Call))
 
 
 def _after_a_step(facts: ModuleFacts, statement: cst.BaseStatement) -> bool:
