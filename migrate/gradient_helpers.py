@@ -202,6 +202,9 @@ def _touch(facts: ModuleFacts, function: cst.FunctionDef, depth: int, seen: Set[
     names = _name_variables(facts, function, roles)
     for node in facts.subtree(function, (cst.Global, cst.Nonlocal)):
         return f"declares `{code(node).strip()}`"
+    state = _module_state_read(facts, function)
+    if state is not None:
+        return f"reads the module-level `{state}`, which the step function could read late or on another thread"
     for name in facts.subtree(function, cst.Name):
         found = _name_use(facts, function, name, roles, walked, names)
         if found is not None:
@@ -295,6 +298,35 @@ def _call_use(
             return None
         return f"calls `{code(func)}()`, which the migration does not follow"
     return None
+
+
+def _module_state_read(facts: ModuleFacts, function: cst.FunctionDef) -> Optional[str]:
+    """The first module-level variable ``function`` reads: a name the module binds otherwise
+    than by ``def``, ``class``, an import or one assignment of a number, text or constant."""
+    module_scope = facts.scope(facts.module)
+    if module_scope is None:
+        return None
+    for name in sorted({a.name for a in module_scope.assignments}):
+        bindings = list(module_scope.assignments[name])
+        if all(_fixed_binding(facts, a, len(bindings)) for a in bindings):
+            continue
+        if any(facts.within(read, function) for read in facts.accesses(name, module_scope)):
+            return name
+    return None
+
+
+def _fixed_binding(facts: ModuleFacts, binding: object, count: int) -> bool:
+    node = getattr(binding, "node", None)
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom)):
+        return True
+    target = facts.parent(node) if isinstance(node, cst.Name) else None
+    assign = facts.parent(target) if isinstance(target, cst.AssignTarget) else None
+    return (
+        count == 1
+        and isinstance(assign, cst.Assign)
+        and isinstance(assign.value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.UnaryOperation))
+        and (not isinstance(assign.value, cst.Name) or assign.value.value in ("None", "True", "False"))
+    )
 
 
 def _raised_builtin(facts: ModuleFacts, call: cst.Call) -> bool:
