@@ -67,6 +67,11 @@ __all__ = [
 CODE = "RPM158"
 DEPTH = 3
 
+#: timm's clip dispatcher (``timm.utils.dispatch_clip_grad(parameters, value, mode="norm")``)
+_LIBRARY_DISPATCH = frozenset({"timm.utils.dispatch_clip_grad", "timm.utils.clip_grad.dispatch_clip_grad"})
+#: its modes that run ``clip_grad_norm_`` / ``clip_grad_value_`` on the parameters handed
+_FIXED_MODES = frozenset({"'norm'", "'value'"})
+
 #: builtins a gradient helper may call
 _BUILTINS = frozenset(
     {"abs", "all", "any", "bool", "enumerate", "float", "int", "isinstance", "iter", "len", "list", "max", "min"}
@@ -95,6 +100,8 @@ def helper_kind(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[s
     call, kind = _helper_call(statement)
     if call is None or _after_a_step(step.facts, statement):
         return None
+    if kind == "clip" and _library_dispatch_mode(step.facts, call) in _FIXED_MODES:
+        return "clip"  # timm's dispatch_clip_grad(parameters, value, mode="norm"): clip_grad_norm_
     found = _gradient_helper(step, call)
     if found is None:
         return None
@@ -107,6 +114,15 @@ def why_not_moved(step: "StepBuilder", statement: cst.BaseStatement) -> Optional
     parameters of what it is handed but does more than gradient work, naming the helper and
     what it touches; None when there is none."""
     for call in step.facts.subtree(statement, cst.Call):
+        mode = _library_dispatch_mode(step.facts, call)
+        if mode is not None and mode not in _FIXED_MODES:
+            return Blocked(
+                call,
+                CODE,
+                f"timm's dispatch_clip_grad() with the clip mode `{mode}`: only the modes 'norm' and 'value' "
+                "(clip_grad_norm_, clip_grad_value_) are known to work on gradients alone ('agc' reads the "
+                "weights); not migrated",
+            )
         found = _gradient_helper(step, call)
         if found is None:
             continue
@@ -327,6 +343,20 @@ def _fixed_binding(facts: ModuleFacts, binding: object, count: int) -> bool:
         and isinstance(assign.value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.UnaryOperation))
         and (not isinstance(assign.value, cst.Name) or assign.value.value in ("None", "True", "False"))
     )
+
+
+def _library_dispatch_mode(facts: ModuleFacts, call: cst.Call) -> Optional[str]:
+    """For a call of timm's ``dispatch_clip_grad``: its mode (``'norm'``, ``'value'`` when
+    written as such a text, its code otherwise; ``'norm'`` when not given); else None."""
+    if not facts.calls_any(call, set(_LIBRARY_DISPATCH)):
+        return None
+    keyword = [a.value for a in call.args if a.keyword is not None and a.keyword.value == "mode"]
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    mode = keyword[0] if keyword else positional[2] if len(positional) > 2 else None
+    if mode is None:
+        return "'norm'"
+    text = mode.evaluated_value if isinstance(mode, cst.SimpleString) else None
+    return repr(text) if isinstance(text, str) and repr(text) in _FIXED_MODES else code(mode)
 
 
 def _raised_builtin(facts: ModuleFacts, call: cst.Call) -> bool:

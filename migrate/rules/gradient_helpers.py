@@ -73,6 +73,13 @@ def train(model, batches, mode):
         optimizer.zero_grad()
 """
 
+_TIMM = (
+    "from timm.utils import dispatch_clip_grad\n"
+    + _DISPATCH.split("def train")[0].split("\n\n\n")[0]
+    + "\n\n\ndef train"
+    + _DISPATCH.split("def train")[1].replace("mode=mode)  # timm's clip_mode", "mode=MODE)")
+)
+
 RULE = Rule(
     name="gradient_helpers",
     order=54,
@@ -85,7 +92,8 @@ RULE = Rule(
             "`from utils import f as g`, `from . import utils`), called between the backward and the step that "
             "walks the parameters of the model it is handed and only works on their gradients (`norms = clip_gradients(model, clip)`, "
             "`cancel_gradients_last_layer(epoch, model, n)` setting `p.grad = None`, "
-            "`dispatch_clip_grad(model.parameters(), value, mode)`)",
+            "`dispatch_clip_grad(model.parameters(), value, mode)`); timm's own `timm.utils.dispatch_clip_grad` in the "
+            "mode `'norm'` or `'value'`",
             "moved into `_step_fn` in its order, as `clip_grad_norm_` is: a helper handed the model runs under "
             "`with roundpipe.OptimizerCtx():` (its `model.parameters()`/`named_parameters()` are the optimizer "
             "copies there), `model.parameters()` handed in becomes `model.optim_parameters()`; a returned value "
@@ -96,7 +104,8 @@ RULE = Rule(
             "在反向与步骤之间调用、遍历传入模型的参数且只处理其梯度的本文件函数或其导入的其他给定文件的顶层函数"
             "（`import utils`、`from utils import f as g`、`from . import utils`）（"
             "`norms = clip_gradients(model, clip)`、把 `p.grad = None` 的 `cancel_gradients_last_layer(epoch, model, n)`、"
-            "`dispatch_clip_grad(model.parameters(), value, mode)`）",
+            "`dispatch_clip_grad(model.parameters(), value, mode)`）；以及模式为 `'norm'` 或 `'value'` 的 timm "
+            "`timm.utils.dispatch_clip_grad`",
             "与 `clip_grad_norm_` 一样按原顺序移入 `_step_fn`：传入模型的函数在 `with roundpipe.OptimizerCtx():` 中运行"
             "（那里它的 `model.parameters()`/`named_parameters()` 是优化器副本），传入的 `model.parameters()` 改为 "
             "`model.optim_parameters()`；之后读取的返回值按测得的范数处理（规则 grad_norms）。若函数还读写权重、读取模型的"
@@ -130,6 +139,14 @@ RULE = Rule(
                 "            scaler.step(optimizer)\n",
                 "        model.step(_step_fn)\n",
             ),
+        ),
+        Example(  # timm's own dispatcher in a fixed mode is clip_grad_value_
+            _TIMM.replace("MODE", '"value"'),
+            expect=('            dispatch_clip_grad(model.optim_parameters(), 1.0, mode="value")\n',),
+        ),
+        Example(  # timm's dispatcher in a mode chosen at run time may be "agc", which reads the weights
+            _TIMM.replace("MODE", "mode"),
+            codes=("RPM158",),
         ),
         Example(  # adaptive clipping reads the weights, not only the gradients
             _DINO.replace("param_norm = p.grad.data.norm(2)", "param_norm = p.grad.data.norm(2) / p.data.norm(2)"),
