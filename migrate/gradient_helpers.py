@@ -59,6 +59,7 @@ __all__ = [
     "helper_kind",
     "in_optimizer_context",
     "is_gradient_only",
+    "walks_gradients",
     "needs_optimizer_context",
     "roles_of",
     "why_not_moved",
@@ -509,16 +510,16 @@ def _gradient_helper(step: "StepBuilder", call: cst.Call) -> Optional[Tuple[Modu
         if foreign is None:
             return None
         facts, function = foreign.facts, foreign.function
-    return (facts, function) if _walks_gradients(facts, function) else None
+    return (facts, function) if walks_gradients(facts, function) else None
 
 
 def is_gradient_only(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
     """``function`` (of the module ``facts`` describes) is a gradient helper doing nothing
     but gradient work (see the module's contract)."""
-    return _walks_gradients(facts, function) and _touch(facts, function, DEPTH, set()) is None
+    return walks_gradients(facts, function) and _touch(facts, function, DEPTH, set()) is None
 
 
-def _walks_gradients(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
+def walks_gradients(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
     """``function`` walks the parameters of what it is handed and reads ``.grad`` or clips."""
     roles = roles_of(facts, function)
     if not roles.models and not roles.iterables:

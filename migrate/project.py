@@ -33,7 +33,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
 from .foreign_functions import foreign_functions
-from .gradient_helpers import is_gradient_only
+from .gradient_helpers import is_gradient_only, walks_gradients
 from .instance_handoffs import HandedRead, first_handed_read
 from .instance_state import step_state_attributes
 from .joined_classes import call_groups, join_blocker, join_groups, migrate_joined, shared_names
@@ -126,7 +126,8 @@ def reconcile(
         tree = files[path].tree
         taking_part = tree is not None and bool(result.changed or result.diagnostics)
         helped = taking_part and tree is not None and _calls_a_state_helper(tree, helpers)
-        foreign = foreign_functions(files, path, parsed) if taking_part else {}
+        called = foreign_functions(files, path, parsed) if taking_part else {}
+        foreign = {name: f for name, f in called.items() if walks_gradients(f.facts, f.function)}
         gradient_only[path] = {name for name, f in foreign.items() if is_gradient_only(f.facts, f.function)}
         if context is not None or helped or foreign:
             again = migrate_source(
@@ -411,8 +412,8 @@ def _refuse_models_handed_across(
     """A wrapped model passed to a function of another given file: what that function does
     with it (checkpoint keys, evaluation, another trainer) is not followed across files,
     except for the wrapper shape (:func:`_handed_to_wrapper_user`) and gradient helpers
-    (``gradient_only``: their call spellings per file) called before the step or in it. The migrated text is
-    what is checked: where the engine hands such a function the wrapped module instead
+    (``gradient_only``: their call spellings per file) called before the step or in it.
+    The migrated text is what is checked: where the engine hands such a function the wrapped module instead
     (``model.model``: a checkpoint helper, an optimizer helper), nothing is handed across;
     the refusal names the call's line in the original."""
     for path, result in results.items():
@@ -480,8 +481,8 @@ def _child_blocks(statement: ast.stmt) -> List[List[ast.stmt]]:
 
 
 def _own_nodes(statement: ast.stmt) -> List[ast.AST]:
-    """The nodes of ``statement``, not entering the functions, lambdas and classes it defines
-    (unless it is the ``with`` block of a step function)."""
+    """The nodes of ``statement`` (the body of the function it defines included), not entering the
+    functions, lambdas and classes defined inside it."""
     found: List[ast.AST] = []
     pending: List[ast.AST] = [statement]
     while pending:
