@@ -18,6 +18,7 @@ import libcst as cst
 from .apex_amp import plan_apex
 from .diagnostics import Diagnostic, FileResult, Rewrite
 from .edits import EditApplier, EditConflict
+from .foreign_functions import ForeignFunctions
 from .header import add_header
 from .model_uses import ModelUses
 from .names import ModuleFacts
@@ -39,6 +40,7 @@ def migrate_source(
     state_helpers: StateHelpers = MappingProxyType({}),
     wrappers: Optional[WrapperContext] = None,
     apex_target: str = "compat",
+    foreign: ForeignFunctions = MappingProxyType({}),
 ) -> FileResult:
     """Return the migrated text of ``source`` with what was rewritten and what was not.
 
@@ -55,6 +57,8 @@ def migrate_source(
             classes this file defines, builds or calls (see :mod:`migrate.scaler_wrapper`).
         apex_target: ``"compat"`` or ``"plain"`` (apex scripts written with upstream
             RoundPipe's API where their settings allow it: :mod:`migrate.apex_plain`).
+        foreign: the functions of other given files this file calls, by call spelling
+            (:mod:`migrate.foreign_functions`; gradient helpers among them move into the step).
     """
     result = FileResult(path=path, original=source, migrated=source)
     if not (force or might_use_a_scaler(source)):
@@ -69,7 +73,7 @@ def migrate_source(
     facts = ModuleFacts(wrapper)
     notes: List[Tuple[cst.CSTNode, str, str]] = []
     try:
-        plan, rules = plan_torch_amp(facts, exact, state_helpers, wrappers)
+        plan, rules = plan_torch_amp(facts, exact, state_helpers, wrappers, foreign)
         try:
             notes = plan_apex(facts, exact, plan, apex_target) if "apex" in source else []
             if not plan.blocked:

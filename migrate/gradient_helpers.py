@@ -26,6 +26,11 @@ A helper given the model that does anything else (reads or writes the weights, r
 another attribute of the model, prints, writes state outside its locals) is not gradient
 work: the step is refused with RPM158 naming the helper and what it touches
 (:func:`why_not_moved`).
+
+The helper may be a top-level function of another given file the module imports
+(``utils.clip_gradients(student, clip)``, ``from utils import clip_gradients as clip``,
+``from . import utils``; :mod:`migrate.foreign_functions`): it is judged in its own file
+with the same checks, and that file is not rewritten.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
+from .foreign_functions import imported_function
 from .helper_reads import called_function
 from .names import CLIP_FUNCTIONS, ModuleFacts, argument_for
 from .plan import Blocked
@@ -52,6 +58,8 @@ __all__ = [
     "HelperRoles",
     "helper_kind",
     "in_optimizer_context",
+    "is_gradient_only",
+    "walks_gradients",
     "needs_optimizer_context",
     "roles_of",
     "why_not_moved",
@@ -59,6 +67,11 @@ __all__ = [
 
 CODE = "RPM158"
 DEPTH = 3
+
+#: timm's clip dispatcher (``timm.utils.dispatch_clip_grad(parameters, value, mode="norm")``)
+_LIBRARY_DISPATCH = frozenset({"timm.utils.dispatch_clip_grad", "timm.utils.clip_grad.dispatch_clip_grad"})
+#: its modes that run ``clip_grad_norm_`` / ``clip_grad_value_`` on the parameters handed
+_FIXED_MODES = frozenset({"'norm'", "'value'"})
 
 #: builtins a gradient helper may call
 _BUILTINS = frozenset(
@@ -84,25 +97,38 @@ class HelperRoles:
 
 def helper_kind(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[str]:
     """``"clip"`` for ``helper(...)``, ``"measure"`` for ``name = helper(...)``, where
-    ``helper`` is a gradient helper of this module (see the module's contract); else None."""
+    ``helper`` is a gradient helper of this module or another given file (see the module's contract); else None."""
     call, kind = _helper_call(statement)
     if call is None or _after_a_step(step.facts, statement):
         return None
-    function = _gradient_helper(step.facts, call)
-    if function is None:
+    if kind == "clip" and _library_dispatch_mode(step.facts, call) in _FIXED_MODES:
+        return "clip"  # timm's dispatch_clip_grad(parameters, value, mode="norm"): clip_grad_norm_
+    found = _gradient_helper(step, call)
+    if found is None:
         return None
-    return kind if _touch(step.facts, function, DEPTH, set()) is None else None
+    return kind if _touch(*found, DEPTH, set()) is None else None
 
 
 def why_not_moved(step: "StepBuilder", statement: cst.BaseStatement) -> Optional[Blocked]:
-    """RPM158 at the first call in ``statement`` of a helper of this module that walks the
+    """RPM158 at the first call in ``statement`` of a helper (of this module or another given
+    file) that walks the
     parameters of what it is handed but does more than gradient work, naming the helper and
     what it touches; None when there is none."""
     for call in step.facts.subtree(statement, cst.Call):
-        function = _gradient_helper(step.facts, call)
-        if function is None:
+        mode = _library_dispatch_mode(step.facts, call)
+        if mode is not None and mode not in _FIXED_MODES:
+            return Blocked(
+                call,
+                CODE,
+                f"timm's dispatch_clip_grad() with the clip mode `{mode}`: only the modes 'norm' and 'value' "
+                "(clip_grad_norm_, clip_grad_value_) are known to work on gradients alone ('agc' reads the "
+                "weights); not migrated",
+            )
+        found = _gradient_helper(step, call)
+        if found is None:
             continue
-        touch = _touch(step.facts, function, DEPTH, set())
+        function = found[1]
+        touch = _touch(*found, DEPTH, set())
         if touch is not None:
             return Blocked(
                 call,
@@ -126,11 +152,12 @@ def needs_optimizer_context(step: "StepBuilder", statements: Sequence[cst.BaseSt
         if step.classify(statement) not in ("clip", "measure"):
             continue
         call, _ = _helper_call(statement)
-        function = _gradient_helper(step.facts, call) if call is not None else None
-        if call is None or function is None:
+        found = _gradient_helper(step, call) if call is not None else None
+        if call is None or found is None:
             continue
-        roles = roles_of(step.facts, function)
-        skipped = 1 if _is_method(step.facts, function) else 0
+        facts, function = found
+        roles = roles_of(facts, function)
+        skipped = 1 if _is_method(facts, function) else 0
         for name in roles.models:
             handed = name if name.startswith("self.") else dotted(argument_for(call, function, name, skipped))
             if handed != model:
@@ -192,6 +219,9 @@ def _touch(facts: ModuleFacts, function: cst.FunctionDef, depth: int, seen: Set[
     names = _name_variables(facts, function, roles)
     for node in facts.subtree(function, (cst.Global, cst.Nonlocal)):
         return f"declares `{code(node).strip()}`"
+    state = _module_state_read(facts, function)
+    if state is not None:
+        return f"reads the module-level `{state}`, which the step function could read late or on another thread"
     for name in facts.subtree(function, cst.Name):
         found = _name_use(facts, function, name, roles, walked, names)
         if found is not None:
@@ -285,6 +315,49 @@ def _call_use(
             return None
         return f"calls `{code(func)}()`, which the migration does not follow"
     return None
+
+
+def _module_state_read(facts: ModuleFacts, function: cst.FunctionDef) -> Optional[str]:
+    """The first module-level variable ``function`` reads: a name the module binds otherwise
+    than by ``def``, ``class``, an import or one assignment of a number, text or constant."""
+    module_scope = facts.scope(facts.module)
+    if module_scope is None:
+        return None
+    for name in sorted({a.name for a in module_scope.assignments}):
+        bindings = list(module_scope.assignments[name])
+        if all(_fixed_binding(facts, a, len(bindings)) for a in bindings):
+            continue
+        if any(facts.within(read, function) for read in facts.accesses(name, module_scope)):
+            return name
+    return None
+
+
+def _fixed_binding(facts: ModuleFacts, binding: object, count: int) -> bool:
+    node = getattr(binding, "node", None)
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom)):
+        return True
+    target = facts.parent(node) if isinstance(node, cst.Name) else None
+    assign = facts.parent(target) if isinstance(target, cst.AssignTarget) else None
+    return (
+        count == 1
+        and isinstance(assign, cst.Assign)
+        and isinstance(assign.value, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.UnaryOperation))
+        and (not isinstance(assign.value, cst.Name) or assign.value.value in ("None", "True", "False"))
+    )
+
+
+def _library_dispatch_mode(facts: ModuleFacts, call: cst.Call) -> Optional[str]:
+    """For a call of timm's ``dispatch_clip_grad``: its mode (``'norm'``, ``'value'`` when
+    written as such a text, its code otherwise; ``'norm'`` when not given); else None."""
+    if not facts.calls_any(call, set(_LIBRARY_DISPATCH)):
+        return None
+    keyword = [a.value for a in call.args if a.keyword is not None and a.keyword.value == "mode"]
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    mode = keyword[0] if keyword else positional[2] if len(positional) > 2 else None
+    if mode is None:
+        return "'norm'"
+    text = mode.evaluated_value if isinstance(mode, cst.SimpleString) else None
+    return repr(text) if isinstance(text, str) and repr(text) in _FIXED_MODES else code(mode)
 
 
 def _raised_builtin(facts: ModuleFacts, call: cst.Call) -> bool:
@@ -426,18 +499,33 @@ def _is_method(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
     return isinstance(facts.parent(facts.parent(function)), cst.ClassDef)
 
 
-def _gradient_helper(facts: ModuleFacts, call: cst.Call) -> Optional[cst.FunctionDef]:
-    """The function of this module ``call`` runs, when it walks the parameters of what it
-    is handed and works on gradients (reads ``.grad`` or clips); else None."""
-    function = called_function(facts, call)
+def _gradient_helper(step: "StepBuilder", call: cst.Call) -> Optional[Tuple[ModuleFacts, cst.FunctionDef]]:
+    """The function ``call`` runs, of this module or of another given file
+    (:mod:`migrate.foreign_functions`), with the metadata of its module, when it walks the
+    parameters of what it is handed and works on gradients (reads ``.grad`` or clips);
+    else None."""
+    facts, function = step.facts, called_function(step.facts, call)
     if function is None:
-        return None
+        foreign = imported_function(step.facts, step.rules.foreign, call)
+        if foreign is None:
+            return None
+        facts, function = foreign.facts, foreign.function
+    return (facts, function) if walks_gradients(facts, function) else None
+
+
+def is_gradient_only(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
+    """``function`` (of the module ``facts`` describes) is a gradient helper doing nothing
+    but gradient work (see the module's contract)."""
+    return walks_gradients(facts, function) and _touch(facts, function, DEPTH, set()) is None
+
+
+def walks_gradients(facts: ModuleFacts, function: cst.FunctionDef) -> bool:
+    """``function`` walks the parameters of what it is handed and reads ``.grad`` or clips."""
     roles = roles_of(facts, function)
     if not roles.models and not roles.iterables:
-        return None
+        return False
     grads = any(a.attr.value == "grad" for a in facts.subtree(function, cst.Attribute))
-    clips = any(facts.calls_any(c, CLIP_FUNCTIONS) for c in facts.subtree(function, cst.Call))
-    return function if grads or clips else None
+    return grads or any(facts.calls_any(c, CLIP_FUNCTIONS) for c in facts.subtree(function, cst.Call))
 
 
 def _after_a_step(facts: ModuleFacts, statement: cst.BaseStatement) -> bool:

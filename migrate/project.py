@@ -32,9 +32,12 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
+from .foreign_functions import foreign_functions
+from .gradient_helpers import is_gradient_only, walks_gradients
 from .instance_handoffs import HandedRead, first_handed_read
 from .instance_state import step_state_attributes
 from .joined_classes import call_groups, join_blocker, join_groups, migrate_joined, shared_names
+from .names import ModuleFacts
 from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
@@ -116,11 +119,17 @@ def reconcile(
     """
     wrappers = _wrapper_classes(files)
     contexts = wrapper_contexts(files, wrappers)
+    parsed: Dict[str, Optional[ModuleFacts]] = {}
+    gradient_only: Dict[str, Set[str]] = {}
     for path in files:  # in place: the caller may hold the result objects
         result, helpers, context = results[path], _state_helpers_of(files, path), contexts.get(path)
         tree = files[path].tree
-        helped = tree is not None and (result.changed or result.diagnostics) and _calls_a_state_helper(tree, helpers)
-        if context is not None or helped:
+        taking_part = tree is not None and bool(result.changed or result.diagnostics)
+        helped = taking_part and tree is not None and _calls_a_state_helper(tree, helpers)
+        called = foreign_functions(files, path, parsed) if taking_part else {}
+        foreign = {name: f for name, f in called.items() if walks_gradients(f.facts, f.function)}
+        gradient_only[path] = {name for name, f in foreign.items() if is_gradient_only(f.facts, f.function)}
+        if context is not None or helped or foreign:
             again = migrate_source(
                 files[path].source,
                 path,
@@ -129,12 +138,13 @@ def reconcile(
                 state_helpers=helpers,
                 wrappers=context,
                 apex_target=apex_target,
+                foreign=foreign,
             )
             result.migrated, result.rewrites = again.migrated, again.rewrites
             result.diagnostics, result.wrapped_models = again.diagnostics, again.wrapped_models
             result.handed_classes = again.handed_classes
     joined = _migrate_joined_classes(files, results, exact, wrappers)
-    _refuse_models_handed_across(files, results, contexts, joined)
+    _refuse_models_handed_across(files, results, contexts, joined, gradient_only)
     _refuse_instances_reached_across(files, results, exact)
     _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
@@ -397,11 +407,13 @@ def _refuse_models_handed_across(
     results: Dict[str, FileResult],
     contexts: Mapping[str, WrapperContext],
     joined: Mapping[str, AbstractSet[str]] = MappingProxyType({}),
+    gradient_only: Mapping[str, AbstractSet[str]] = MappingProxyType({}),
 ) -> None:
     """A wrapped model passed to a function of another given file: what that function does
     with it (checkpoint keys, evaluation, another trainer) is not followed across files,
-    except for the wrapper shape (:func:`_handed_to_wrapper_user`). The migrated text is
-    what is checked: where the engine hands such a function the wrapped module instead
+    except for the wrapper shape (:func:`_handed_to_wrapper_user`) and gradient helpers
+    (``gradient_only``: their call spellings per file) called before the step or in it.
+    The migrated text is what is checked: where the engine hands such a function the wrapped module instead
     (``model.model``: a checkpoint helper, an optimizer helper), nothing is handed across;
     the refusal names the call's line in the original."""
     for path, result in results.items():
@@ -410,11 +422,15 @@ def _refuse_models_handed_across(
         imported = _imported_functions(files[path])
         wrapped = set(result.wrapped_models)
         wrapped |= {name.partition(".")[0] for name in result.wrapped_models if "." in name}  # `self` of `self.model`
-        for node in ast.walk(ast.parse(result.migrated)):
+        migrated = ast.parse(result.migrated)
+        before_step = _calls_before_a_step(migrated, wrapped) if gradient_only.get(path) else set()
+        for node in ast.walk(migrated):
             callee = _callee(node, imported) if isinstance(node, ast.Call) else None
             passed = _names_passed(node, wrapped) if callee is not None else []
             if callee is not None and callee[1] in joined.get(path, ()):
                 continue  # analysed with this file as one module (migrate.joined_classes)
+            if callee is not None and callee[0] in gradient_only.get(path, ()) and node in before_step:
+                continue  # a gradient helper of that file, before or in the step (migrate.gradient_helpers)
             if callee is not None and passed and callee[0] in contexts.get(path, WrapperContext()).classes:
                 continue  # `Wrapper(model=model)`: the migrated wrapper is given the model it steps
             if (
@@ -436,6 +452,63 @@ def _refuse_models_handed_across(
                     "file left unchanged",
                 )
                 break
+
+
+def _calls_before_a_step(tree: ast.Module, wrapped: Set[str]) -> Set[ast.AST]:
+    """The calls of the migrated ``tree`` that run before a ``model.step(...)`` of a wrapped
+    model in their function (a later statement of their block or of a block around them),
+    or inside the step function under ``with roundpipe.OptimizerCtx():``: where a gradient
+    helper may be handed the model."""
+    found: Set[ast.AST] = set()
+
+    def visit(statements: List[ast.stmt], step_follows: bool) -> None:
+        for index, statement in enumerate(statements):
+            follows = step_follows or any(_steps_a_model(s, wrapped) for s in statements[index + 1 :])
+            if follows or _in_optimizer_context(statement):
+                found.update(n for n in _own_nodes(statement) if isinstance(n, ast.Call))
+                continue
+            for child in _child_blocks(statement):
+                visit(child, False)
+
+    visit(tree.body, False)
+    return found
+
+
+def _child_blocks(statement: ast.stmt) -> List[List[ast.stmt]]:
+    blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
+    blocks += [h.body for h in getattr(statement, "handlers", ())]
+    return [b for b in blocks if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
+
+
+def _own_nodes(statement: ast.stmt) -> List[ast.AST]:
+    """The nodes of ``statement`` (the body of the function it defines included), not entering the
+    functions, lambdas and classes defined inside it."""
+    found: List[ast.AST] = []
+    pending: List[ast.AST] = [statement]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                pending.append(child)
+    return found
+
+
+def _steps_a_model(statement: ast.stmt, wrapped: Set[str]) -> bool:
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "step"
+        and _dotted(n.func.value) in wrapped
+        for n in _own_nodes(statement)
+    )
+
+
+def _in_optimizer_context(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.With) and any(
+        isinstance(i.context_expr, ast.Call) and _dotted(i.context_expr.func) == "roundpipe.OptimizerCtx"
+        for i in statement.items
+    )
 
 
 def _names_passed(node: ast.AST, names: Set[str]) -> List[str]:

@@ -32,6 +32,7 @@ from libcst.metadata import Assignment, Scope
 
 from .attributes import InstanceAttributes, InstanceFamily
 from .edits import drop_keeping_comments
+from .foreign_functions import ForeignFunctions
 from .handed_in import constructed_init
 from .injected import injected_attribute
 from .names import SCALER_STATE_METHODS, ModuleFacts, argument_for
@@ -71,8 +72,10 @@ class TorchAmpRules:
         exact: bool,
         state_helpers: StateHelpers = MappingProxyType({}),
         wrappers: Optional[WrapperContext] = None,
+        foreign: ForeignFunctions = MappingProxyType({}),
     ) -> None:
         self.facts = facts
+        self.foreign = foreign  # functions of other given files it calls (migrate.foreign_functions)
         self.exact = exact
         self.state_helpers = state_helpers  # checkpoint helpers of other files (migrate.state_helpers)
         self.wrappers = wrappers or WrapperContext()
@@ -696,9 +699,11 @@ def plan_torch_amp(
     exact: bool,
     state_helpers: StateHelpers = MappingProxyType({}),
     wrappers: Optional[WrapperContext] = None,
+    foreign: ForeignFunctions = MappingProxyType({}),
 ) -> Tuple[Plan, TorchAmpRules]:
     """Plan the rewrite of every torch GradScaler training step in the module
     (``state_helpers``: checkpoint helpers of other files it calls; ``wrappers``: what the
-    other files of the project say about its loss-scaler wrapper classes)."""
-    rules = TorchAmpRules(facts, exact, state_helpers, wrappers)
+    other files of the project say about its loss-scaler wrapper classes; ``foreign``: the
+    functions of other given files it calls)."""
+    rules = TorchAmpRules(facts, exact, state_helpers, wrappers, foreign)
     return rules.run(), rules

@@ -53,6 +53,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "yolo_accumulate": [[], ["--no-amp"]],
     "hf_glue_loop": [[], ["--no-fp16"]],
     "dino_teacher_student": [[], ["--no-use-fp16"]],
+    "dino_utils_helpers": [[], ["--no-use-fp16"]],
     "timm_ema_clip_mode": [[], ["--no-amp", "--clip-mode", "agc"]],
     "tacotron2_apex": [[], ["--no-fp16-run"]],
     "simclr_info_nce": [[], ["--no-fp16-precision"]],

@@ -73,6 +73,13 @@ def train(model, batches, mode):
         optimizer.zero_grad()
 """
 
+_TIMM = (
+    "from timm.utils import dispatch_clip_grad\n"
+    + _DISPATCH.split("def train")[0].split("\n\n\n")[0]
+    + "\n\n\ndef train"
+    + _DISPATCH.split("def train")[1].replace("mode=mode)  # timm's clip_mode", "mode=MODE)")
+)
+
 RULE = Rule(
     name="gradient_helpers",
     order=54,
@@ -81,23 +88,29 @@ RULE = Rule(
     implemented_in=("gradient_helpers.py", "rules/step_function.py", "multi_step.py"),
     patterns=(
         Pattern(
-            "a function of the file called between the backward and the step that walks the parameters of the "
-            "model it is handed and only works on their gradients (`norms = clip_gradients(model, clip)`, "
+            "a function of the file, or a top-level function of another given file it imports (`import utils`, "
+            "`from utils import f as g`, `from . import utils`), called between the backward and the step that "
+            "walks the parameters of the model it is handed and only works on their gradients (`norms = clip_gradients(model, clip)`, "
             "`cancel_gradients_last_layer(epoch, model, n)` setting `p.grad = None`, "
-            "`dispatch_clip_grad(model.parameters(), value, mode)`)",
+            "`dispatch_clip_grad(model.parameters(), value, mode)`); timm's own `timm.utils.dispatch_clip_grad` in the "
+            "mode `'norm'` or `'value'`",
             "moved into `_step_fn` in its order, as `clip_grad_norm_` is: a helper handed the model runs under "
             "`with roundpipe.OptimizerCtx():` (its `model.parameters()`/`named_parameters()` are the optimizer "
             "copies there), `model.parameters()` handed in becomes `model.optim_parameters()`; a returned value "
             "read later is a measured norm (rule grad_norms). A helper that also reads or writes the weights, "
             'other model attributes, tests the names otherwise than `"text" in name`/`name.endswith(...)`, '
-            "prints or writes other state refuses the step (RPM158)",
-            "在反向与步骤之间调用、遍历传入模型的参数且只处理其梯度的本文件函数（"
+            "reads a module-level variable (other than one constant), prints or writes other state refuses the "
+            "step (RPM158); the helper's own file is not rewritten",
+            "在反向与步骤之间调用、遍历传入模型的参数且只处理其梯度的本文件函数或其导入的其他给定文件的顶层函数"
+            "（`import utils`、`from utils import f as g`、`from . import utils`）（"
             "`norms = clip_gradients(model, clip)`、把 `p.grad = None` 的 `cancel_gradients_last_layer(epoch, model, n)`、"
-            "`dispatch_clip_grad(model.parameters(), value, mode)`）",
+            "`dispatch_clip_grad(model.parameters(), value, mode)`）；以及模式为 `'norm'` 或 `'value'` 的 timm "
+            "`timm.utils.dispatch_clip_grad`",
             "与 `clip_grad_norm_` 一样按原顺序移入 `_step_fn`：传入模型的函数在 `with roundpipe.OptimizerCtx():` 中运行"
             "（那里它的 `model.parameters()`/`named_parameters()` 是优化器副本），传入的 `model.parameters()` 改为 "
             "`model.optim_parameters()`；之后读取的返回值按测得的范数处理（规则 grad_norms）。若函数还读写权重、读取模型的"
-            '其他属性、以 `"text" in name`/`name.endswith(...)` 以外的方式检查参数名、打印或写入其他状态，则拒绝该步骤（RPM158）',
+            '其他属性、以 `"text" in name`/`name.endswith(...)` 以外的方式检查参数名、读取模块级变量（单个常量除外）、'
+            "打印或写入其他状态，则拒绝该步骤（RPM158）；函数所在的文件本身不改写",
         ),
     ),
     examples=(
@@ -127,12 +140,27 @@ RULE = Rule(
                 "        model.step(_step_fn)\n",
             ),
         ),
+        Example(  # timm's own dispatcher in a fixed mode is clip_grad_value_
+            _TIMM.replace("MODE", '"value"'),
+            expect=('            dispatch_clip_grad(model.optim_parameters(), 1.0, mode="value")\n',),
+        ),
+        Example(  # timm's dispatcher in a mode chosen at run time may be "agc", which reads the weights
+            _TIMM.replace("MODE", "mode"),
+            codes=("RPM158",),
+        ),
         Example(  # adaptive clipping reads the weights, not only the gradients
             _DINO.replace("param_norm = p.grad.data.norm(2)", "param_norm = p.grad.data.norm(2) / p.data.norm(2)"),
             codes=("RPM158",),
         ),
         Example(  # logging inside the helper would run on the optimizer thread
             _DINO.replace("        return\n", '        print("frozen")\n        return\n', 1),
+            codes=("RPM158",),
+        ),
+        Example(  # a module-level list the asynchronous step function would read late
+            _DINO.replace(
+                "def clip_gradients(model, clip):\n    norms = []\n",
+                "SEEN = []\n\n\ndef clip_gradients(model, clip):\n    norms = SEEN\n",
+            ),
             codes=("RPM158",),
         ),
         Example(  # a name test the copies' `model.` prefix changes
