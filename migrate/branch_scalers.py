@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import libcst as cst
 
-from .syntax import only_assignment
+from .syntax import exclusive, only_assignment
 
 if TYPE_CHECKING:
     from .attributes import InstanceFamily
@@ -47,18 +47,9 @@ def scaler_in_branches(family: "InstanceFamily", writes: List[cst.Attribute]) ->
         if any(isinstance(a, (cst.For, cst.While)) and facts.within(a, method) for a in facts.ancestors(write)):
             return None
     pairs = [(a, b) for i, a in enumerate(statements) for b in statements[i + 1 :]]
-    if not all(_apart(family, a, b) for a, b in pairs):
+    if not all(exclusive(facts, a, b) for a, b in pairs):
         return None
     return min(writes, key=facts.order)
-
-
-def _apart(family: "InstanceFamily", first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """The innermost ``if`` holding both statements runs one in its body, the other in its
-    ``else``/``elif`` (origins.exclusive answers the same for names; origins imports this
-    module's user, so it is not imported here)."""
-    facts = family.facts
-    holder = next((a for a in facts.ancestors(first) if isinstance(a, cst.If) and facts.within(second, a)), None)
-    return holder is not None and facts.within(first, holder.body) != facts.within(second, holder.body)
 
 
 def _scaler_kind(family: "InstanceFamily", call: cst.Call) -> object:

@@ -33,11 +33,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from .gradient_helpers import why_not_moved
-from .origins import exclusive
 from .plan import Blocked
 from .reached_models import zeroed_in_place_key
 from .recognised import RecognisedStep, StepGroup
-from .syntax import code, names_in, only_expression
+from .syntax import code, exclusive, names_in, only_expression
 from .two_path import other_branch
 
 if TYPE_CHECKING:

@@ -20,13 +20,13 @@ from .inherited_init import handed_arguments
 from .method_calls import method_call_sites
 from .names import argument_for
 from .plan import Binding, Blocked
-from .syntax import only_assignment
+from .syntax import exclusive, only_assignment
 
 if TYPE_CHECKING:
     from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
-__all__ = ["origins", "constructor_parameter", "exclusive", "parameters_fed", "INLINE"]
+__all__ = ["origins", "constructor_parameter", "parameters_fed", "INLINE"]
 
 #: the name of an origin that is a call written in an argument: it binds no name
 INLINE = ""
@@ -138,15 +138,6 @@ def _exclusive_branches(rules: "TorchAmpRules", binding: Binding, at: cst.CSTNod
             return []
         found.append(Binding(scope, binding.name, statement, small.value))
     return found
-
-
-def exclusive(facts: "ModuleFacts", first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """``first`` and ``second`` are in different branches (body / else) of one ``if``."""
-    for ancestor in facts.ancestors(first):
-        if isinstance(ancestor, cst.If) and facts.within(second, ancestor):
-            in_body = [facts.within(node, ancestor.body) for node in (first, second)]
-            return in_body[0] != in_body[1]
-    return False
 
 
 def parameters_fed(rules: "TorchAmpRules", function: cst.FunctionDef, name: str, scope: object) -> Iterator[str]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .names import ModuleFacts
 
 __all__ = [
+    "exclusive",
     "code",
     "method_call",
     "calls_method",
@@ -240,3 +241,12 @@ def tests_presence(parent: Optional[cst.CSTNode], access: cst.BaseExpression) ->
     if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
         return True
     return isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is access
+
+
+def exclusive(facts: "ModuleFacts", first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """``first`` and ``second`` are in different branches (body / else) of one ``if``."""
+    for ancestor in facts.ancestors(first):
+        if isinstance(ancestor, cst.If) and facts.within(second, ancestor):
+            in_body = [facts.within(node, ancestor.body) for node in (first, second)]
+            return in_body[0] != in_body[1]
+    return False

@@ -19,10 +19,10 @@ from ..constructor_alias import constructor_alias
 from ..ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from ..handed_in import handed_model, plan_handed_wrap
 from ..optimizer_helpers import helper_model, plan_adopting_wrap
-from ..origins import exclusive, origins, parameters_fed
+from ..origins import origins, parameters_fed
 from ..parallel import parallel_call
 from ..plan import Binding, Blocked
-from ..syntax import calls_method, code, receiver
+from ..syntax import calls_method, code, exclusive, receiver
 from . import Example, Pattern, Rule
 
 if TYPE_CHECKING:
