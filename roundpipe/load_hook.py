@@ -10,7 +10,7 @@ same holds for the module pickled whole and loaded again.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from torch import nn
 
@@ -30,9 +30,7 @@ class WeightsLoadedHook:
         if self._on_load is not None:
             self._on_load(module, incompatible_keys)
 
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "WeightsLoadedHook":
-        return WeightsLoadedHook(None)
-
     def __reduce__(self) -> Tuple[type, Tuple[None]]:
-        """Pickled (``torch.save(model.model, path)``), it loads as a hook that calls nothing."""
+        """Deep-copied (an EMA of ``model.model``) or pickled (``torch.save(model.model, path)``),
+        it is a hook that calls nothing."""
         return (WeightsLoadedHook, (None,))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -74,7 +74,7 @@ class OptimizerCopies:
         self._copy_side = [copy for _, copy in pairs]
         for hook in self._arrival_hooks:
             hook.remove()
-        arrived = _CopiesHook(self, OptimizerCopies._gradient_arrived)
+        arrived = _CopiesHook(self)
         self._arrival_hooks = [param.register_post_accumulate_grad_hook(arrived) for param, _ in pairs]
 
     def _gradient_arrived(self, param: torch.Tensor) -> None:
@@ -263,20 +263,19 @@ class OptimizerCopies:
 
 
 class _CopiesHook:
-    """A hook on a model parameter that calls ``method(copies, tensor)`` while the
-    :class:`OptimizerCopies` it serves is alive. It holds them weakly (a module that outlives
+    """The post-accumulate hook on a model parameter: tells the :class:`OptimizerCopies` it
+    serves, while they are alive, that a gradient arrived. It holds them weakly (a module that outlives
     its RoundPipe keeps no optimizer copies alive) and is pickled as an :class:`_InertHook`,
     so a module saved whole (``torch.save(model.model, path)``) loads as a plain module that
     carries nothing of the runtime."""
 
-    def __init__(self, copies: OptimizerCopies, method: Callable[[OptimizerCopies, torch.Tensor], None]) -> None:
+    def __init__(self, copies: OptimizerCopies) -> None:
         self._copies = weakref.ref(copies)
-        self._method = method
 
     def __call__(self, tensor: torch.Tensor) -> None:
         copies = self._copies()
         if copies is not None:
-            self._method(copies, tensor)
+            copies._gradient_arrived(tensor)
 
     def __reduce__(self) -> Tuple[type, Tuple[()]]:
         return (_InertHook, ())
