@@ -18,7 +18,7 @@ import libcst.matchers as m
 
 from .plain_path import PLAIN_BACKWARD
 from .plan import Blocked
-from .syntax import code, names_in, only_expression
+from .syntax import code, names_in, only_assignment, only_expression, statements_of
 
 if TYPE_CHECKING:
     from .steps import StepBuilder
@@ -42,7 +42,7 @@ class SplitBackward:
 
 
 def _only_statement(block: cst.BaseSuite) -> Optional[cst.BaseStatement]:
-    body = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+    body = statements_of(block)
     return body[0] if len(body) == 1 else None
 
 
@@ -102,11 +102,9 @@ _OVERFLOW_TEST = m.OneOf(
 def is_overflow_test(statement: cst.BaseStatement) -> bool:
     """``name = math.isnan(norm)`` (or ``isinf``, ``not math.isfinite``): a value measured
     from the step's gradient norm, which moves with the clip that measured it."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return False
-    assign = statement.body[0]
+    assign = only_assignment(statement)
     return (
-        isinstance(assign, cst.Assign)
+        assign is not None
         and len(assign.targets) == 1
         and isinstance(assign.targets[0].target, cst.Name)
         and m.matches(assign.value, _OVERFLOW_TEST)

@@ -29,7 +29,7 @@ from .syntax import dotted
 if TYPE_CHECKING:
     from .project import ProjectFile
 
-__all__ = ["ForeignFunction", "ForeignFunctions", "foreign_functions", "imported_function"]
+__all__ = ["ForeignFunction", "ForeignFunctions", "ast_dotted", "foreign_functions", "imported_function"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def foreign_functions(
         spelled
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
-        for spelled in [_spelling(node.func)]
+        for spelled in [ast_dotted(node.func)]
         if spelled
     }
     found: Dict[str, ForeignFunction] = {}
@@ -68,9 +68,11 @@ def foreign_functions(
             spelled.update({f"{edge.module_alias}.{name}": name for name in _top_level_functions(files[edge.target])})
         wanted = {bound: defined for bound, defined in spelled.items() if bound in called}
         facts = _facts(files[edge.target], parsed) if wanted else None
+        if facts is None:
+            continue
         for bound, defined in wanted.items():
-            function = _top_level_function(facts, defined) if facts is not None else None
-            if facts is not None and function is not None:
+            function = _top_level_function(facts, defined)
+            if function is not None:
                 found[bound] = ForeignFunction(edge.target, facts, function)
     return found
 
@@ -81,9 +83,9 @@ def imported_function(facts: ModuleFacts, functions: ForeignFunctions, call: cst
     spelled = dotted(call.func)
     found = functions.get(spelled) if spelled is not None else None
     scope = facts.scope(call)
-    if found is None or scope is None:
+    if found is None or scope is None or spelled is None:
         return None
-    root = spelled.split(".")[0] if spelled is not None else ""
+    root = spelled.split(".")[0]
     assignments = scope[root]
     imported = bool(assignments) and all(
         isinstance(getattr(a, "node", None), (cst.Import, cst.ImportFrom)) for a in assignments
@@ -91,11 +93,12 @@ def imported_function(facts: ModuleFacts, functions: ForeignFunctions, call: cst
     return found if imported else None
 
 
-def _spelling(func: ast.expr) -> Optional[str]:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        return f"{func.value.id}.{func.attr}"
+def ast_dotted(node: ast.expr) -> Optional[str]:
+    """``"f"`` for the name ``f``, ``"m.f"`` for ``m.f`` (of Python's ``ast``); None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
     return None
 
 

@@ -44,7 +44,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment
 
 from .foreign_functions import imported_function
-from .helper_reads import called_function
+from .helper_reads import DEPTH, called_function
 from .names import CLIP_FUNCTIONS, ModuleFacts, argument_for
 from .plan import Blocked
 from .syntax import PARAMETERS_CALL, code, dotted, only_assignment, only_expression
@@ -66,7 +66,6 @@ __all__ = [
 ]
 
 CODE = "RPM158"
-DEPTH = 3
 
 #: timm's clip dispatcher (``timm.utils.dispatch_clip_grad(parameters, value, mode="norm")``)
 _LIBRARY_DISPATCH = frozenset({"timm.utils.dispatch_clip_grad", "timm.utils.clip_grad.dispatch_clip_grad"})
@@ -165,11 +164,7 @@ def needs_optimizer_context(step: "StepBuilder", statements: Sequence[cst.BaseSt
             needed = True
         for name in roles.iterables:
             handed_value = argument_for(call, function, name, skipped)
-            if (
-                handed_value is None
-                or dotted(handed_value) != f"{model}.parameters()"
-                and not _parameters_of(handed_value, model)
-            ):
+            if handed_value is None or not _parameters_of(handed_value, model):
                 _refuse_handed(call, function, name, model)
         if not step.rules.exact:
             _refuse_rebound_arguments(step, call, function, model)

@@ -176,9 +176,8 @@ def _builds_average(facts: ModuleFacts, call: cst.Call) -> bool:
     from one, or a class of the file named as an EMA/averaged model."""
     if facts.qualified(call.func) & set(_LIBRARY_UPDATES):
         return True
-    return bool(_file_classes(facts, call.func)) and all(
-        _is_average_class(facts, k) for k in _file_classes(facts, call.func)
-    )
+    classes = _file_classes(facts, call.func)
+    return bool(classes) and all(_is_average_class(facts, k) for k in classes)
 
 
 def _file_classes(facts: ModuleFacts, func: cst.BaseExpression) -> List[cst.ClassDef]:

@@ -18,10 +18,10 @@ __all__ = ["takes_weights_out"]
 
 #: builtins that only take the parameters out of the iterator (``enumerate`` pairs each with its place)
 _ITERATING = HANDING_BUILTINS | {"enumerate"}
+_ITERATING_CALL = m.Call(func=m.OneOf(*(m.Name(name) for name in sorted(_ITERATING))))
 
 
 def takes_weights_out(call: cst.CSTNode, expression: cst.CSTNode) -> bool:
     """``call`` is ``next(...)``/``list(...)``/... of the parameter iterator, and
     ``expression`` (the value holding it) reads no ``.grad``."""
-    iterating = m.Call(func=m.OneOf(*(m.Name(name) for name in sorted(_ITERATING))))
-    return m.matches(call, iterating) and not m.findall(expression, m.Attribute(attr=m.Name("grad")))
+    return m.matches(call, _ITERATING_CALL) and not m.findall(expression, m.Attribute(attr=m.Name("grad")))

@@ -89,10 +89,9 @@ class PlainStepBuilder(StepBuilder):
         (:func:`migrate.same_condition.same_condition`), with no ``zero_grad()`` before its
         backward (that one would move under the condition)."""
         amp = self.amp_step
-        condition = getattr(amp, "group_condition", None)
-        if found.condition is None or zero_grads or not isinstance(amp, StepBuilder):
+        if found.condition is None or zero_grads:
             return False
-        return same_condition(found.condition, self.body, self.index, condition, amp.body, amp.index)
+        return same_condition(found.condition, self.body, self.index, amp.group_condition, amp.body, amp.index)
 
     def step_body(self, updated, kinds, optimizer: str):
         return list(updated), None

@@ -32,7 +32,7 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
-from .foreign_functions import foreign_functions
+from .foreign_functions import ast_dotted, foreign_functions
 from .gradient_helpers import is_gradient_only, walks_gradients
 from .instance_handoffs import HandedRead, first_handed_read
 from .instance_state import step_state_attributes
@@ -399,7 +399,7 @@ def _calls_a_state_helper(tree: ast.Module, helpers: Mapping[str, StateHelper]) 
     function reads ``name`` or ``module.name`` as the helper's key (the engine compares its
     code, so a call it matches is found here too)."""
     keys = {name for name, helper in helpers.items() if helper.state_only}
-    return bool(keys) and any(isinstance(node, ast.Call) and _dotted(node.func) in keys for node in ast.walk(tree))
+    return bool(keys) and any(isinstance(node, ast.Call) and ast_dotted(node.func) in keys for node in ast.walk(tree))
 
 
 def _refuse_models_handed_across(
@@ -499,14 +499,14 @@ def _steps_a_model(statement: ast.stmt, wrapped: Set[str]) -> bool:
         isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and n.func.attr == "step"
-        and _dotted(n.func.value) in wrapped
+        and ast_dotted(n.func.value) in wrapped
         for n in _own_nodes(statement)
     )
 
 
 def _in_optimizer_context(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.With) and any(
-        isinstance(i.context_expr, ast.Call) and _dotted(i.context_expr.func) == "roundpipe.OptimizerCtx"
+        isinstance(i.context_expr, ast.Call) and ast_dotted(i.context_expr.func) == "roundpipe.OptimizerCtx"
         for i in statement.items
     )
 
@@ -795,15 +795,7 @@ def _imported_names(files: Mapping[str, ProjectFile], project_file: ProjectFile)
 
 def _calls_of(tree: ast.Module, name: str) -> List[ast.Call]:
     """Calls of ``name`` (``f`` or ``module.f``) in ``tree``."""
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _dotted(n.func) == name]
-
-
-def _dotted(node: ast.expr) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
-    return None
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast_dotted(n.func) == name]
 
 
 def _fed_params(call: ast.Call, params: List[str], names: Set[str]) -> List[str]:

@@ -41,13 +41,14 @@ def _handed_rewritten_argument(facts: ModuleFacts, plan: Plan, node: cst.CSTNode
     function = facts.enclosing(node, (cst.FunctionDef,))
     pending = [function] if function is not None else []
     seen: Set[int] = set()
+    calls = [(call, called_function(facts, call)) for call in facts.subtree(facts.module, cst.Call)] if pending else []
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        for call in facts.subtree(facts.module, cst.Call):
-            if called_function(facts, call) is not current:
+        for call, called in calls:
+            if called is not current:
                 continue
             if any(arg.value in plan.edits.expressions for arg in call.args) or any(
                 ancestor in plan.edits.expressions for ancestor in (call, *facts.ancestors(call))
