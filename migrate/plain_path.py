@@ -89,8 +89,8 @@ class PlainStepBuilder(StepBuilder):
         (:func:`migrate.same_condition.same_condition`), with no ``zero_grad()`` before its
         backward (that one would move under the condition)."""
         amp = self.amp_step
-        if found.condition is None or zero_grads:
-            return False
+        if found.condition is None or zero_grads or not isinstance(amp, StepBuilder):
+            return False  # a loss-scaler wrapper's step (`_WrapperStep`) has no group condition
         return same_condition(found.condition, self.body, self.index, amp.group_condition, amp.body, amp.index)
 
     def step_body(self, updated, kinds, optimizer: str):
