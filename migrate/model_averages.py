@@ -65,7 +65,7 @@ def hand_to_average(facts: ModuleFacts, plan: Plan, arg: cst.Arg, access: cst.Ba
     if _builds_average(facts, call):
         for klass in _file_classes(facts, call.func):
             _check_reads_only(facts, plan, klass, "__init__", call, arg, name)
-        _plan_module(facts, plan, call, access, name, "an averaged copy follows the wrapped module")
+        _plan_module(plan, call, access, name, "an averaged copy follows the wrapped module")
         return True
     if not (isinstance(call.func, cst.Attribute) and _is_average_object(facts, call.func.value)):
         return False
@@ -95,7 +95,7 @@ def hand_to_average(facts: ModuleFacts, plan: Plan, arg: cst.Arg, access: cst.Ba
         )
     for klass in defined:
         _check_reads_only(facts, plan, klass, method, call, arg, name)
-    _plan_module(facts, plan, call, access, name, "the averaged copy reads the wrapped module")
+    _plan_module(plan, call, access, name, "the averaged copy reads the wrapped module")
     return True
 
 
@@ -164,9 +164,7 @@ def _read_through(facts: ModuleFacts, use: cst.BaseExpression) -> bool:
     return isinstance(attribute, cst.Attribute) and attribute.value is use
 
 
-def _plan_module(
-    facts: ModuleFacts, plan: Plan, call: cst.Call, access: cst.BaseExpression, name: str, why: str
-) -> None:
+def _plan_module(plan: Plan, call: cst.Call, access: cst.BaseExpression, name: str, why: str) -> None:
     plan.edits.replace_expression(access, lambda updated: cst.Attribute(value=updated, attr=cst.Name("model")))
     plan.rewrites.append((call, f"{name} -> {name}.model in {code(call.func)}(...): {why}"))
 
