@@ -161,11 +161,13 @@ class OptimizerCopies:
         mapping, for :meth:`hand_back_grads`.
         """
         released: HandedGrads = {}
-        with torch.no_grad():
-            while handed:
-                param, grad = handed.popitem()
-                if _unshared(grad):
-                    released[param] = grad.zero_()
+        while handed:
+            param, grad = handed.popitem()
+            if _unshared(grad):
+                released[param] = grad
+        if released:
+            with torch.no_grad():
+                torch._foreach_zero_(list(released.values()))  # one call, not one per buffer
         return released
 
     def hand_back_grads(self, released: HandedGrads) -> None:

@@ -534,7 +534,7 @@ class _StepCall:
         handed: HandedGrads,
     ) -> None:
         self.step_fn, self.args, self.kwargs = step_fn, args, kwargs
-        self.__qualname__ = f"RoundPipe step {number}: {getattr(step_fn, '__qualname__', repr(step_fn))}"
+        self.__qualname__ = f"RoundPipe step {number}: {getattr(step_fn, '__qualname__', None) or repr(step_fn)}"
         self.failed = False  # set when step_fn raised (not when the call never ran)
         self._copies = copies
         self._handed = handed
