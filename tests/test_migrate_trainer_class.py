@@ -254,9 +254,9 @@ REFUSALS = {
         "    trainer.optimizer = None",
         ("`trainer.optimizer = None`", "from outside the class"),
     ),
-    "model used from outside": (
-        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    trainer.model.eval()\n"),
-        "    trainer.model.eval()",
+    "model stored from outside": (  # read as `trainer.model.eval()` it migrates (test_migrate_outside_trainer_reads)
+        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    models = [trainer.model]\n"),
+        "    models = [trainer.model]",
         ("from outside the class",),
     ),
     "base class of another file": (
