@@ -194,7 +194,26 @@ def _migrate_joined_classes(
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
+        if not (blocked or scaling_base or handed):  # joined for its reads only: a class migrating alone
+            _name_joined_blocker(results, group)
     return taken
+
+
+def _name_joined_blocker(results: Dict[str, FileResult], group: List[str]) -> None:
+    """A file of ``group`` that the joined analysis left unchanged without a word of its own,
+    while it refused another file of the group: RPM110 naming that blocker."""
+    blockers = [(path, d) for path in group for d in results[path].diagnostics if not d.is_info]
+    if not blockers:
+        return
+    blocking_path, blocker = blockers[0]
+    for path in group:
+        if not any(not d.is_info for d in results[path].diagnostics):
+            _refuse(
+                results[path],
+                1,
+                f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not migrated and this "
+                "file takes part in the same training program",
+            )
 
 
 def _report_joined_blockers(
@@ -597,7 +616,8 @@ def _reads_instances_of(
     for path in group[:-1]:
         held = _held_attributes(files[path], results[path], exact)
         reader = files[group[-1]]
-        if any(_instance_attribute_use(files, reader, path, {name}, held[name]) for name in held):
+        uses = [_instance_attribute_use(files, reader, path, {name}, held[name]) for name in held]
+        if any(use is not None and use[2] is None for use in uses):  # read there, not in a function handed it
             return True
     return False
 

@@ -52,6 +52,7 @@ def test_reads_through_the_instance_get_the_class_own_treatment():
     assert '                "model": trainer.model.model.state_dict(),\n' in migrated  # the module's own keys
     assert "        count = sum(p.numel() for p in trainer.model.parameters())\n" in migrated  # in a training loop
     assert f'            {WAIT}\n            trainer.optimizer.param_groups[0]["lr"] = 0.05' in migrated
+    assert "    model.synchronize()\n    model.eval()\n" in migrated  # followed into the function it is handed to
     exact = _migrated(ONE_FILE, exact=True)  # a synchronous step has finished: only the checkpoint waits,
     assert exact.count(WAIT) == 1 and f"        {WAIT}\n        torch.save(" in exact  # as the class's own would
 
@@ -112,13 +113,11 @@ NEAR_MISSES = {
     "read by name": "print(getattr(trainer, 'optimizer').param_groups[0]['lr'])",
     "another name for it": "other = trainer\n        print(other.optimizer.param_groups[0]['lr'])",
     "an optimizer step of its own": "trainer.optimizer.step()",
-    "the model handed on": "print(type(trainer.model))\n        show_model(trainer.model)",
+    "the model stored": "models = [trainer.model]",
+    "the model under another name": "net = trainer.model\n        print(net.training)",
     "a condition reading the lr": "if trainer.optimizer.param_groups[0]['lr'] < 0.1:\n            print('low')",
 }
-HELPERS = (
-    "def show(t):\n    print(t.optimizer.param_groups[0]['lr'])\n\n\n"
-    "def show_model(model):\n    print(model)\n\n\ndef main():"
-)
+HELPERS = "def show(t):\n    print(t.optimizer.param_groups[0]['lr'])\n\n\ndef main():"
 
 
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))

@@ -39,26 +39,28 @@ RULE = Rule(
             "optimizer through an instance it builds (`trainer = Trainer(...)`): "
             '`trainer.optimizer.param_groups[0]["lr"]` read or written, `trainer.optimizer.state_dict()`, '
             "`trainer.model.parameters()`, `trainer.model.state_dict()`, `trainer.model.eval()`, "
-            "`trainer.model(x)`",
+            "`trainer.model(x)`, `evaluate(trainer.model, loader)`",
             "what the same use gets inside the class, through the instance: the model's state through the "
             "wrapped module (`trainer.model.model.state_dict()`, `named_parameters()` likewise), "
             "`trainer.model.synchronize()` before a checkpoint or an evaluation and, asynchronously, before "
             "a read of the weights after training and before each statement touching the optimizer's state "
-            "(nothing inside a training loop, one step stale as in the class). Refused (RPM120): an instance "
+            "(nothing inside a training loop, one step stale as in the class); a function of the file the "
+            "model is handed to is followed into. Refused (RPM120): an instance "
             "reached through a container, a parameter, another name or `getattr(trainer, name)`, the model "
-            "handed on or stored, any other optimizer use (`trainer.optimizer.step()`, a condition reading "
+            "stored or bound to another name, any other optimizer use (`trainer.optimizer.step()`, a condition reading "
             "its lr)",
             "驱动训练器类的代码（在类所在的文件或另一个给定文件中）通过自己构造的实例"
             "（`trainer = Trainer(...)`）使用其模型或优化器：读或写 "
             '`trainer.optimizer.param_groups[0]["lr"]`、`trainer.optimizer.state_dict()`、'
             "`trainer.model.parameters()`、`trainer.model.state_dict()`、`trainer.model.eval()`、"
-            "`trainer.model(x)`",
+            "`trainer.model(x)`、`evaluate(trainer.model, loader)`",
             "通过实例得到与类内同样使用相同的处理：模型状态经由被包装的模块"
             "（`trainer.model.model.state_dict()`，`named_parameters()` 同理），"
             "在检查点或评估之前插入 `trainer.model.synchronize()`；异步形式下，训练之后对权重的读取之前、"
-            "以及每条涉及优化器状态的语句之前也插入（训练循环内不插入，与类内一样滞后一步）。"
+            "以及每条涉及优化器状态的语句之前也插入（训练循环内不插入，与类内一样滞后一步）；"
+            "模型被交给文件中的函数时，跟踪进入该函数。"
             "以下情况被拒绝（RPM120）：经由容器、参数、另一个名字或 `getattr(trainer, name)` 得到的实例、"
-            "模型被继续传递或存储、优化器的其他使用（`trainer.optimizer.step()`、读取学习率的条件）",
+            "模型被存储或绑定到另一个名字、优化器的其他使用（`trainer.optimizer.step()`、读取学习率的条件）",
         ),
     ),
     examples=(

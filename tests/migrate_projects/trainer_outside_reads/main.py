@@ -4,8 +4,8 @@
 reads what its step works on through the instance: the learning rate from
 ``trainer.optimizer.param_groups``, the parameter count from ``trainer.model.parameters()``,
 a checkpoint dict of ``trainer.model.state_dict()``, ``trainer.optimizer.state_dict()`` and
-``trainer.scaler.state_dict()``; it steps ``trainer.scheduler`` and writes a learning rate
-into ``trainer.optimizer.param_groups``. Hard: every one of those uses is in another file than
+``trainer.scaler.state_dict()``, an evaluation of ``trainer.model`` by a function of its own;
+it steps ``trainer.scheduler`` and writes a learning rate into ``trainer.optimizer.param_groups``. Hard: every one of those uses is in another file than
 the class, and in the asynchronous form each would race with the step still running (the
 checkpoint would hold weights and momentum one step old, the learning-rate write could land
 during the step).
@@ -27,6 +27,15 @@ def checksum(state):
     if isinstance(state, (list, tuple)):
         return sum(checksum(v) for v in state)
     return 0.0
+
+
+def evaluate(model, x):
+    """The model's output sum on ``x``, in eval mode and without gradients."""
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+    model.train()
+    return float(out.double().sum())
 
 
 def main():
@@ -52,6 +61,7 @@ def main():
         saved = torch.load(buffer)
         print(f"epoch {epoch} lr {lr!r} params {count} keys {sorted(saved['model'])}")
         print(f"epoch {epoch} weights {checksum(saved['model'])!r} momentum {checksum(saved['opt']['state'])!r}")
+        print(f"epoch {epoch} eval {evaluate(trainer.model, batches[0][0])!r}")
         trainer.scheduler.step()
         if epoch == 2:
             trainer.optimizer.param_groups[0]["lr"] = 0.05  # a restart the next step must see
