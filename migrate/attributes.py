@@ -11,7 +11,9 @@ An attribute is followed only when the module shows every use of it
 (:meth:`InstanceFamily.follow`): bound exactly once, by a plain assignment in a method of
 the family; read through the instance parameter (the first parameter of a method) spelled
 the same way everywhere; reached through instances from outside the classes only for
-``is None`` tests and the read-only methods the caller allows. A class deriving from a
+``is None`` tests and the read-only methods the caller allows (a step's model and optimizer
+through a name bound to a construction of the class, ``trainer.model``, are refused at the
+end of the planning unless a rule claims them: :mod:`migrate.instance_outside`). A class deriving from a
 class that is not defined in the module (other than Python's and torch's own) may use the
 attribute in methods the module does not show: refused too. Every refusal is
 :class:`~migrate.plan.Blocked` with RPM120, naming the statement.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set
 import libcst as cst
 from libcst.metadata import Assignment
 
+from .instance_state import STEPPING
 from .optimizer_writes import optimizer_writes
 from .plan import Blocked
 from .syntax import code, only_assignment
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["built_instance", "getattr_reads", "optimizer_statements", "step_objects", "step_optimizers"]
 
-#: scaler methods whose argument is the optimizer the step updates
-_STEPPING = {"step", "unscale_"}
-
 
 def step_optimizers(family: "InstanceFamily") -> Dict[str, FrozenSet[str]]:
     """The attributes of ``family`` holding its steps' optimizers (the argument of a
@@ -47,7 +45,7 @@ def step_optimizers(family: "InstanceFamily") -> Dict[str, FrozenSet[str]]:
     optimizers: Dict[str, Set[str]] = {}
     for cls in family.classes:
         for call in family.facts.subtree(cls, cst.Call):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in _STEPPING and call.args:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in STEPPING and call.args:
                 attribute = _own_attribute(family, call.args[0].value)
                 if attribute is not None:
                     optimizers.setdefault(attribute, set())
