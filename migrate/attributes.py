@@ -11,7 +11,9 @@ An attribute is followed only when the module shows every use of it
 (:meth:`InstanceFamily.follow`): bound exactly once, by a plain assignment in a method of
 the family; read through the instance parameter (the first parameter of a method) spelled
 the same way everywhere; reached through instances from outside the classes only for
-``is None`` tests and the read-only methods the caller allows. A class deriving from a
+``is None`` tests and the read-only methods the caller allows (a step's model and optimizer
+through a name bound to a construction of the class, ``trainer.model``, are refused at the
+end of the planning unless a rule claims them: :mod:`migrate.instance_outside`). A class deriving from a
 class that is not defined in the module (other than Python's and torch's own) may use the
 attribute in methods the module does not show: refused too. Every refusal is
 :class:`~migrate.plan.Blocked` with RPM120, naming the statement.
@@ -26,6 +28,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from .branch_scalers import scaler_in_branches
+from .instance_outside import built_instance, step_objects
 from .lazy_attributes import lazy_binding
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, WritePlace
@@ -67,6 +70,8 @@ class InstanceFamily:
     foreign_bases: Tuple[cst.Arg, ...]  # bases not defined in the module (nor library ones)
     resolver: "InstanceAttributes"
     _followed: Dict[str, TrackedAttribute] = field(default_factory=dict)
+    # outside uses of a step's objects through a built instance, refused unless a rule claims them
+    _deferred: Dict[cst.Attribute, Blocked] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -94,6 +99,20 @@ class InstanceFamily:
         holding = [method for method in self.methods if self.facts.order(method) <= after]
         method = max(holding, key=self.facts.order) if holding else None
         return self.method_of(node) is not method or self.facts.order(node) > after
+
+    def deferred_uses(self, attr: str) -> List[cst.Attribute]:
+        """The outside uses of ``.attr`` through a built instance that no rule claimed yet
+        (:mod:`migrate.instance_outside`), in source order."""
+        uses = [node for node in self._deferred if node.attr.value == attr]
+        return sorted(uses, key=self.facts.order)
+
+    def claim(self, use: cst.Attribute) -> None:
+        """A rule orders ``use`` (one of :meth:`deferred_uses`) after the running step."""
+        self._deferred.pop(use, None)
+
+    def unclaimed(self) -> List[Blocked]:
+        """The refusals of the deferred outside uses no rule claimed."""
+        return list(self._deferred.values())
 
     def methods_besides(self, *skipped: Optional[cst.FunctionDef]) -> List[cst.FunctionDef]:
         """The family's methods but ``__init__`` (no step of an instance in construction can
@@ -159,7 +178,10 @@ class InstanceFamily:
 
     def _check_outside(self, attr: str, allowed: FrozenSet[str]) -> None:
         """Uses of ``.attr`` on objects that may be instances of the family, from outside it:
-        only ``is None`` tests and the ``allowed`` method calls."""
+        only ``is None`` tests and the ``allowed`` method calls. A use of a step's object
+        through a built instance (``trainer.optimizer``) is refused later unless a rule
+        claims it (:mod:`migrate.instance_outside`)."""
+        deferred = attr in step_objects(self)
         for node in self.outside_uses(attr):
             parent = self.facts.parent(node)
             if tests_presence(parent, node):
@@ -169,13 +191,16 @@ class InstanceFamily:
             if method in allowed and isinstance(call, cst.Call) and call.func is parent:
                 continue
             statement = self.facts.statement_of(node)
-            raise Blocked(
+            blocked = Blocked(
                 node,
                 _CODE,
                 f"`{code(statement).strip()}` uses `.{attr}` of what may be a {self.name} instance "
                 f"from outside the class; the object in self.{attr} changes with the migration, so "
                 "every use of it must be in the class; left untouched",
             )
+            if not (deferred and built_instance(self, node.value)):
+                raise blocked
+            self._deferred[node] = blocked
 
     def outside_uses(self, attr: str) -> List[cst.Attribute]:
         """The ``x.attr`` nodes of the module, outside the family's methods, whose ``x`` may
@@ -185,12 +210,12 @@ class InstanceFamily:
             for node in self.facts.subtree(self.facts.module, cst.Attribute)
             if node.attr.value == attr
             and not self._through_receiver(node)
-            and self._may_be_instance(node.value)
+            and self.may_be_instance(node.value)
             # `from torch.optim.lr_scheduler import LambdaLR`: a module's name
             and self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is None
         ]
 
-    def _may_be_instance(self, value: cst.BaseExpression, depth: int = 0) -> bool:
+    def may_be_instance(self, value: cst.BaseExpression, depth: int = 0) -> bool:
         """``value`` may hold an instance of the family. Not: another attribute of the
         family's instance, another class's instance parameter, a name bound only by
         imports and by calls of things that cannot return one (``parser.parse_args()``,
@@ -235,7 +260,7 @@ class InstanceFamily:
             return True
         for site in sites:
             passed = argument_for(site, function, param.name.value)  # type: ignore[arg-type]
-            if passed is None or self._may_be_instance(passed, depth + 1):
+            if passed is None or self.may_be_instance(passed, depth + 1):
                 return True
         return False
 
@@ -246,6 +271,11 @@ class InstanceAttributes:
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self._families: Dict[cst.ClassDef, InstanceFamily] = {}
+
+    def unclaimed(self) -> List[Blocked]:
+        """The refusals of every family's outside uses that no rule claimed."""
+        families = {id(f): f for f in self._families.values()}
+        return [blocked for family in families.values() for blocked in family.unclaimed()]
 
     def method_of_receiver(self, name: cst.Name) -> Optional[cst.FunctionDef]:
         """The method whose instance parameter ``name`` reads, else None."""

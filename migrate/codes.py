@@ -184,7 +184,9 @@ _CODES: Tuple[Code, ...] = (
         "the scaler, model or optimizer lives on `self`, but the attribute is bound more than once, "
         "not by a plain assignment or not in `__init__` before its optimizer (the model), spelled "
         "through another instance name, used from outside the class other than by read-only "
-        "scaler methods, the class derives from a class of a file not given (a mixin), or a "
+        "scaler methods and the model and optimizer uses of an instance the code builds that the "
+        "rules order (`trainer.model.state_dict()`; a container, a parameter, another name or "
+        "`getattr` is not followed), the class derives from a class of a file not given (a mixin), or a "
         "scaler handed to the constructor may be one the program does not show",
         "the object the attribute holds at the step is not certain",
         "`self.scaler = GradScaler()` in `__init__` and `self.scaler = None` in `close()`",

@@ -80,6 +80,7 @@ def migrate_source(
                 ModelUses(rules).plan()
         except Blocked as blocked:
             plan.blocked.append(blocked)
+        plan.blocked.extend(rules.attributes.unclaimed())  # a trainer's objects used from outside it
     except EditConflict:
         result.diagnostics.append(
             Diagnostic(

@@ -14,10 +14,10 @@ from __future__ import annotations
 import ast
 from typing import Optional, Set
 
-__all__ = ["step_state_attributes"]
+__all__ = ["STEPPING", "step_state_attributes"]
 
 #: scaler methods whose argument is the optimizer the step updates
-_STEPPING = {"step", "unscale_"}
+STEPPING = frozenset({"step", "unscale_"})
 
 
 def step_state_attributes(cls: ast.ClassDef, models: Set[str]) -> Set[str]:
@@ -27,7 +27,7 @@ def step_state_attributes(cls: ast.ClassDef, models: Set[str]) -> Set[str]:
     ``self.ema = EMA(self.model)``), followed until nothing new is found."""
     held = set(models)
     for node in ast.walk(cls):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STEPPING:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STEPPING:
             held |= {a for arg in node.args if (a := _self_attribute(arg)) is not None}
     assigned = [
         (target, node.value)

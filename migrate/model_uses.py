@@ -9,8 +9,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Scope
 
+from .attributes import InstanceFamily
 from .deferred_syncs import DeferredSynchronizations
 from .gradient_reads import check_gradient_reads
+from .instance_outside import getattr_reads, optimizer_statements, step_optimizers
 from .method_entry import MethodEntries
 from .method_forward import check_method_forward
 from .model_averages import check_parameters_handed, hand_to_average, kept_by
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelUses"]
 
 _BEFORE_USE = "before evaluation/saving"
+_OPTIMIZER_STATE = "before a main-thread use of optimizer state (it would race with the asynchronous step)"
 _AFTER_TRAINING = "before a use of the weights after training (the last asynchronous step may still run)"
 
 #: methods of the wrapped model that read no weight (or synchronize on their own)
@@ -112,17 +115,7 @@ class ModelUses:
                 elif isinstance(parent, cst.Call) and parent.func is access:
                     self._plan_inference_call(access, name, after)
                 elif isinstance(parent, cst.Arg):
-                    if self._hand_to_state_helper(parent, access, name) or self._saved_whole(parent, access, name):
-                        continue
-                    if hand_to_average(self.facts, self.rules.plan, parent, access, name):
-                        self._reads_through_average(parent, name, after)
-                    else:
-                        self._check_handed_over(parent, access)
-                    self._after_training(access, name, after)
-                    target = self._parameter_target(parent) or self._method_target(parent)
-                    if target is not None:
-                        self._feeds.record(parent, *target[3:], target[1])
-                        queue.append(target[:3])
+                    queue.extend(self._plan_argument(parent, access, name, after))
                 elif isinstance(parent, cst.Assign) and parent.value is access:
                     aliases = self._aliases(parent, scope)  # raw_model = model: same object
                     for _, alias, rank in aliases:  # trained since the model's wrap, not the alias's binding
@@ -131,6 +124,8 @@ class ModelUses:
                 else:  # `return model, optimizer` of a setup function: its callers' names
                     self._check_held_in_literal(access, name)
                     queue.extend(self._returned_to(access))
+            if isinstance(scope, InstanceFamily):  # `trainer.model.parameters()` in the script driving it
+                queue.extend(self._plan_outside(scope, name))
             if not isinstance(scope, StateField):  # a state's field has no name to alias before the wrap
                 self._check_aliases_before(scope, name, after)
         self._check_other_backwards()
@@ -140,6 +135,62 @@ class ModelUses:
         )
         self._feeds.check(self.rules.plan.edits)
         check_gradient_reads(self.facts, self.rules.plan)
+
+    def _plan_argument(
+        self, arg: cst.Arg, access: cst.BaseExpression, name: str, after: int
+    ) -> List[Tuple[Scope, str, int]]:
+        """The wrapped model ``name`` handed to a call as ``arg``: a checkpoint helper or a
+        saver gets the wrapped module, an EMA its reads after training, a function or method
+        of the file is followed into (the parameter to follow, returned)."""
+        if self._hand_to_state_helper(arg, access, name) or self._saved_whole(arg, access, name):
+            return []
+        if hand_to_average(self.facts, self.rules.plan, arg, access, name):
+            self._reads_through_average(arg, name, after)
+        else:
+            self._check_handed_over(arg, access)
+        self._after_training(access, name, after)
+        target = self._parameter_target(arg) or self._method_target(arg)
+        if target is None:
+            return []
+        self._feeds.record(arg, *target[3:], target[1])
+        return [target[:3]]
+
+    def _plan_outside(self, family: InstanceFamily, name: str) -> List[Tuple[Scope, str, int]]:
+        """The uses of ``family``'s wrapped model ``name`` (``self.model``) and of its
+        optimizer through an instance built outside the class (:mod:`migrate.instance_outside`):
+        the model's as the class's own reads of it, through the instance (``trainer.model``);
+        a statement touching the optimizer's state after the running step
+        (``trainer.model.synchronize()`` before it; nothing with ``--exact``). Each use
+        handled is claimed; the others stay refused (RPM120), as does ``getattr(trainer, ...)``.
+        Returns the parameters of the functions of the file the model is handed to, to follow."""
+        refused = getattr_reads(family)
+        if refused:
+            raise refused[0]
+        attribute = name.partition(".")[2]
+        handed: List[Tuple[Scope, str, int]] = []
+        for use in family.deferred_uses(attribute):
+            parent = self.facts.parent(use)
+            model = code(use)
+            if isinstance(parent, cst.Attribute) and parent.value is use:
+                check_weight_write(self.facts, self.rules.plan, use, model)
+                self._plan_attribute(parent, use, model, 0)
+            elif isinstance(parent, cst.Call) and parent.func is use:
+                self._plan_inference_call(use, model, 0)
+            elif isinstance(parent, cst.Arg) and parent.value is use and not parent.star:
+                handed += self._plan_argument(parent, use, model, 0)  # `evaluate(trainer.model, loader)`
+            else:
+                continue  # aliased, stored: not followed
+            family.claim(use)
+        wrapped = {n.partition(".")[2] for s, n, _ in self.rules.plan.wrapped_models if s is family}
+        for optimizer, reads in step_optimizers(family).items():
+            if reads & wrapped != {attribute}:
+                continue  # the optimizer of another model, or of several
+            for statement, uses in optimizer_statements(family, family.deferred_uses(optimizer)).items():
+                for use in uses:
+                    family.claim(use)
+                for instance in [] if self.rules.exact else sorted({code(use.value) for use in uses}):
+                    self._syncs.before(statement, f"{instance}.{attribute}", _OPTIMIZER_STATE)
+        return handed
 
     def _reads_through_average(self, arg: cst.Arg, name: str, after: int) -> None:
         """Every method call of an EMA object that keeps the wrapped module reads its weights

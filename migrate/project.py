@@ -145,7 +145,7 @@ def reconcile(
             result.handed_classes = again.handed_classes
     joined = _migrate_joined_classes(files, results, exact, wrappers)
     _refuse_models_handed_across(files, results, contexts, joined, gradient_only)
-    _refuse_instances_reached_across(files, results, exact)
+    _refuse_instances_reached_across(files, results, exact, joined)
     _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
 
@@ -169,7 +169,8 @@ def _migrate_joined_classes(
         blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
         scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
         handed = _handed_elsewhere(files, results, group)
-        if set(taken) & set(group) or not (blocked or scaling_base or handed):
+        reached = not of_helpers and _reads_instances_of(files, results, group, exact)
+        if set(taken) & set(group) or not (blocked or scaling_base or handed or reached):
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
@@ -193,7 +194,26 @@ def _migrate_joined_classes(
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
+        if not (blocked or scaling_base or handed):  # joined for its reads only: a class migrating alone
+            _name_joined_blocker(results, group)
     return taken
+
+
+def _name_joined_blocker(results: Dict[str, FileResult], group: List[str]) -> None:
+    """A file of ``group`` that the joined analysis left unchanged without a word of its own,
+    while it refused another file of the group: RPM110 naming that blocker."""
+    blockers = [(path, d) for path in group for d in results[path].diagnostics if not d.is_info]
+    if not blockers:
+        return
+    blocking_path, blocker = blockers[0]
+    for path in group:
+        if not any(not d.is_info for d in results[path].diagnostics):
+            _refuse(
+                results[path],
+                1,
+                f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not migrated and this "
+                "file takes part in the same training program",
+            )
 
 
 def _report_joined_blockers(
@@ -533,23 +553,27 @@ def _original_line(project_file: ProjectFile, callee: str, model: str) -> int:
 
 
 def _refuse_instances_reached_across(
-    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], exact: bool = False
+    files: Mapping[str, ProjectFile],
+    results: Dict[str, FileResult],
+    exact: bool = False,
+    joined: Mapping[str, FrozenSet[str]] = MappingProxyType({}),
 ) -> None:
     """A model wrapped in an attribute of a class (``self.model``) and read through an
     instance of that class in another given file (``trainer = Trainer(); trainer.model.eval()``
     in main.py): that use is not migrated with it, so the class's file is refused. Without
     ``exact`` the same holds for the optimizer and what is built from it or the model
     (``trainer.sched.step()`` after ``trainer.train_step(...)`` would race with the
-    asynchronous step: :mod:`migrate.instance_state`)."""
+    asynchronous step: :mod:`migrate.instance_state`). A file analysed with the class's
+    file as one module (``joined``: its group) had its own reads migrated there; only the
+    functions it hands an instance to are looked into."""
     for path, result in results.items():
-        tree = files[path].tree
-        models = {name.partition(".")[2] for name in result.wrapped_models if "." in name}
-        if not result.changed or not models or tree is None:
+        held = _held_attributes(files[path], result, exact)
+        if not held:
             continue
-        classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-        held = {name: models if exact else step_state_attributes(cls, models) for name, cls in classes.items()}
+        models = {name.partition(".")[2] for name in result.wrapped_models if "." in name}
         for other, project_file in files.items():
-            uses = [_instance_attribute_use(files, project_file, path, {name}, held[name]) for name in classes]
+            direct = other not in joined.get(path, frozenset())
+            uses = [_instance_attribute_use(files, project_file, path, {name}, held[name], direct) for name in held]
             use = min((u for u in uses if u is not None), key=lambda u: u[1].lineno, default=None)
             if use is not None:
                 class_name, node, handed = use
@@ -559,22 +583,57 @@ def _refuse_instances_reached_across(
                     else f"`.{node.attr}` of {class_name} instances holds state that the asynchronous step of "
                     "its RoundPipe model updates (it would race with that step)"
                 )
+                tree = files[path].tree
+                assert tree is not None  # nothing is held in a file that does not parse
+                line = next(n.lineno for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
                 _refuse(
                     result,
-                    classes[class_name].lineno,
+                    line,
                     f"{what}, but {_read_place(other, node, handed)}, which the migration does not follow across "
                     "files; file left unchanged",
                 )
                 break
 
 
+def _held_attributes(project_file: ProjectFile, result: FileResult, exact: bool) -> Dict[str, Set[str]]:
+    """For each top-level class of a changed file holding a wrapped model in an attribute,
+    the attributes whose reads through an instance elsewhere race with its step or see the
+    wrap (:func:`_refuse_instances_reached_across`); empty for any other file."""
+    tree = project_file.tree
+    models = {name.partition(".")[2] for name in result.wrapped_models if "." in name}
+    if not result.changed or not models or tree is None:
+        return {}
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    return {cls.name: models if exact else step_state_attributes(cls, models) for cls in classes}
+
+
+def _reads_instances_of(
+    files: Mapping[str, ProjectFile], results: Mapping[str, FileResult], group: List[str], exact: bool
+) -> bool:
+    """The last file of ``group`` reads, through an instance it builds, what a class of a
+    changed file of the group holds for its step (``trainer.optimizer.param_groups``): the
+    files are analysed as one module, so those reads are migrated with the class."""
+    for path in group[:-1]:
+        held = _held_attributes(files[path], results[path], exact)
+        reader = files[group[-1]]
+        uses = [_instance_attribute_use(files, reader, path, {name}, held[name]) for name in held]
+        if any(use is not None and use[2] is None for use in uses):  # read there, not in a function handed it
+            return True
+    return False
+
+
 def _instance_attribute_use(
-    files: Mapping[str, ProjectFile], project_file: ProjectFile, path: str, classes: Set[str], attributes: Set[str]
+    files: Mapping[str, ProjectFile],
+    project_file: ProjectFile,
+    path: str,
+    classes: Set[str],
+    attributes: Set[str],
+    direct: bool = True,
 ) -> Optional[Tuple[str, ast.Attribute, Optional[HandedRead]]]:
     """(class, ``x.attr``, None) for the first read (by line) of one of ``attributes`` on a
     name that ``project_file`` binds to an instance of a class of ``classes`` imported from
-    ``path``; else (class, ``t.attr``, where) for one in a function such a name is handed to
-    (:mod:`migrate.instance_handoffs`)."""
+    ``path`` (only where ``direct``); else (class, ``t.attr``, where) for one in a function
+    such a name is handed to (:mod:`migrate.instance_handoffs`)."""
     if project_file.tree is None:
         return None
     bound: Dict[str, str] = {}  # name under which the file calls the class -> the class
@@ -597,7 +656,7 @@ def _instance_attribute_use(
         if node.value.id in instances
     ]
     first = min(reads, key=lambda node: (node.lineno, node.col_offset), default=None)
-    if first is not None:
+    if first is not None and direct:
         return instances[ast.unparse(first.value)], first, None
     imported = {here: (edge.target, there) for edge, here, there in _imported_names(files, project_file)}
 

@@ -40,7 +40,7 @@ class Synchronizations:
         body = list(block.body)
         index = body.index(statement)
         earlier = [i for b, i, name in self._synced if b == id(block) and i <= index and name == model]
-        if earlier and not any(self.trains(s, model) for s in body[max(earlier) : index]):
+        if earlier and not any(self.may_train(s, model) for s in body[max(earlier) : index]):
             return True  # already synchronized in this block, and no training since
         previous = only_expression(body[index - 1]) if index > 0 else None
         if previous is not None and method_call(previous, model, "synchronize"):
@@ -75,7 +75,7 @@ class Synchronizations:
                 body = list(ancestor.body)
                 index = next((i for i, statement in enumerate(body) if statement is child), 0)
                 earlier = [s for s in body[:index] if self.facts.order(s) > since]
-                if any(self.trains(statement, model) for statement in earlier):
+                if any(self.may_train(statement, model) for statement in earlier):
                     return self.before(target, model, why)
             if isinstance(ancestor, cst.BaseStatement):
                 child = ancestor
@@ -99,6 +99,29 @@ class Synchronizations:
             if function is not None and (depth >= 3 or self.trains(function.body, model, depth + 1)):
                 return True
         return False
+
+    def may_train(self, statement: cst.CSTNode, model: str) -> bool:
+        """:meth:`trains`, or, for an instance's model used from outside its class
+        (``trainer.model``), the statement calls any method of that instance
+        (``trainer.fit(loader)`` may reach the step): what a wait must come after."""
+        if self.trains(statement, model):
+            return True
+        return any(
+            isinstance(call.func, cst.Attribute) and self._holder_method(call.func, model)
+            for call in self.facts.subtree(statement, cst.Call)
+        )
+
+    def _holder_method(self, func: cst.Attribute, model: str) -> bool:
+        """``func`` is a method of the instance holding ``model`` (``trainer.fit`` for
+        ``trainer.model``), called from outside the instance's class (not through a
+        method's own instance parameter)."""
+        holder, _, attribute = model.rpartition(".")
+        if not (attribute and holder.isidentifier() and dotted(func.value) == holder):
+            return False
+        method = self.facts.enclosing(func, (cst.FunctionDef,))
+        params = [*method.params.posonly_params, *method.params.params] if method is not None else []
+        in_class = method is not None and isinstance(self.facts.parent(self.facts.parent(method)), cst.ClassDef)
+        return not (in_class and params and params[0].name.value == holder)
 
     @staticmethod
     def _steps(call: cst.Call) -> bool:

@@ -254,9 +254,9 @@ REFUSALS = {
         "    trainer.optimizer = None",
         ("`trainer.optimizer = None`", "from outside the class"),
     ),
-    "model used from outside": (
-        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    trainer.model.eval()\n"),
-        "    trainer.model.eval()",
+    "model stored from outside": (  # read as `trainer.model.eval()` it migrates (test_migrate_outside_trainer_reads)
+        FUSED.replace("    trainer.set_lr(0.02)\n", "    trainer.set_lr(0.02)\n    models = [trainer.model]\n"),
+        "    models = [trainer.model]",
         ("from outside the class",),
     ),
     "base class of another file": (
@@ -502,16 +502,14 @@ def test_a_trainer_of_another_file_migrates_when_its_users_only_call_it():
     assert [d.code for d in results["trainer.py"].diagnostics] == []
 
 
-@pytest.mark.parametrize(
-    "main",
-    [
-        "from trainer import Trainer\n\nt = Trainer()\nt.model.eval()\n",
-        "import trainer\n\nt = trainer.Trainer()\nprint(t.model.state_dict())\n",
-    ],
-    ids=["from-import", "module-import"],
-)
-def test_a_trainer_whose_model_another_file_reads_through_an_instance_is_refused(main):
-    results = _project(main)
+def test_a_file_reading_a_trainers_model_through_an_instance_is_migrated_with_the_class():
+    results = _project("from trainer import Trainer\n\nt = Trainer()\nt.model.eval()\n")  # analysed as one
+    assert [d.code for r in results.values() for d in r.diagnostics] == []
+    assert results["main.py"].migrated.endswith("t = Trainer()\nt.model.synchronize()\nt.model.eval()\n")
+
+
+def test_a_trainer_whose_model_another_file_reads_through_an_instance_is_refused():
+    results = _project("import trainer\n\nt = trainer.Trainer()\nprint(t.model.state_dict())\n")  # not joined
     trainer = results["trainer.py"]
     assert trainer.migrated == trainer.original
     assert [(d.code, d.line) for d in trainer.diagnostics] == [("RPM110", _line(trainer.original, "class Trainer("))]

@@ -258,8 +258,8 @@ RULE = Rule(
             "state first waits for the running step. Refused (RPM120): an attribute bound more "
             "than once or not by a plain assignment, the optimizer built outside `__init__` or on "
             "a model handed in by the caller, the instance named differently in one method, uses "
-            "from outside the class other than `is None` tests and the scaler's "
-            "`get_scale`/`state_dict`/`load_state_dict`/`is_enabled`, a base class of another "
+            "from outside the class other than `is None` tests, the scaler's "
+            "`get_scale`/`state_dict`/`load_state_dict`/`is_enabled` and those of rule instance_outside, a base class of another "
             "file that is not given",
             "训练器类：`__init__` 中的 `self.scaler = GradScaler(...)`（或 `... if amp else None`）、"
             "`self.model = Net()` 和 `self.optimizer = torch.optim.X(self.model.parameters(), ...)`，"
@@ -270,8 +270,8 @@ RULE = Rule(
             "两种步骤形式，在 `self.model.synchronize()` 之后使用 `self.model.model.state_dict()`/"
             "`load_state_dict()`）；异步形式下，其他写优化器状态的方法都会先等待正在运行的步骤。"
             "以下情况被拒绝（RPM120）：属性被绑定多次或不是普通赋值、优化器不在 `__init__` 中构建或构建在"
-            "调用者传入的模型上、某个方法用另一个名字称呼实例、在类外除 `is None` 判断和缩放器的 "
-            "`get_scale`/`state_dict`/`load_state_dict`/`is_enabled` 之外的使用、来自未给出文件的基类",
+            "调用者传入的模型上、某个方法用另一个名字称呼实例、在类外除 `is None` 判断、缩放器的 "
+            "`get_scale`/`state_dict`/`load_state_dict`/`is_enabled` 以及规则 instance_outside 所处理的使用之外的使用、来自未给出文件的基类",
         ),
         Pattern(
             "the step split over methods (`self.backward(loss)` ending with `self.scaler.scale(loss).backward()`, "
