@@ -92,12 +92,12 @@ class ModuleFacts:
         # Positions and the source order come from one code generation of the module (no
         # batched traversal: :mod:`migrate.source_layout`).
         layout = module_layout(self.module)
-        self._scopes = module_scopes(self.module, layout.order)
+        self._survey(layout.order)
+        self._scopes = module_scopes(self.module, layout.order, self._nodes)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._positions = layout.positions
-        self._survey(layout.order)
 
     def _survey(self, source: Mapping[cst.CSTNode, SourceOrder]) -> None:
         """What several rules look for, read off the source order: every node in
