@@ -136,7 +136,7 @@ def _scopes_agree(text: str) -> None:
     module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
     layout = module_layout(module)
-    nodes = sorted(layout.order, key=lambda node: layout.order[node][0])
+    nodes = layout.nodes
     scopes = module_scopes(module, layout.order, nodes)
     # The nodes parsed from a string annotation are made afresh by each analysis: only the
     # module's own nodes can be compared.
