@@ -20,6 +20,7 @@ from typing import AbstractSet, List, Optional, Sequence, Tuple
 import libcst as cst
 import libcst.matchers as m
 
+from . import templates
 from .syntax import is_import_line, leading_lines
 
 __all__ = ["add_header", "top_block"]
@@ -40,7 +41,7 @@ def add_header(module: cst.Module, microbatch: str, read: AbstractSet[str]) -> c
     if _ROUNDPIPE in read and not any(m.matches(statement, _IMPORT_ROUNDPIPE) for statement in body[start:end]):
         end = _insert_import(body, start, end)
     if microbatch in read:
-        constant = cst.parse_statement(f"{microbatch} = 1{_MICROBATCH_NOTE}\n")
+        constant = templates.statement(f"{microbatch} = 1{_MICROBATCH_NOTE}\n")
         body.insert(end, constant.with_changes(leading_lines=[cst.EmptyLine()]))
     return module.with_changes(body=body)
 
@@ -60,7 +61,7 @@ def _insert_import(body: List[cst.BaseStatement], start: int, end: int) -> int:
     return the block's new end."""
     sections = _sections(body, start, end)
     chosen = next((s for s in sections if any(_top_module(body[i]) in _THIRD_PARTY_ANCHORS for i in s)), None)
-    line = cst.parse_statement(f"import {_ROUNDPIPE}\n")
+    line = templates.statement(f"import {_ROUNDPIPE}\n")
     if chosen is None:  # a section of its own after the block
         spacing = [cst.EmptyLine()] if end > 0 else []
         body.insert(end, line.with_changes(leading_lines=spacing))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Type, TypeVar, Union, cast
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Type, TypeVar, Union, cast
 
 import libcst as cst
 from libcst.metadata import (
@@ -92,20 +92,17 @@ class ModuleFacts:
         # Positions and the source order come from one code generation of the module (no
         # batched traversal: :mod:`migrate.source_layout`).
         layout = module_layout(self.module)
-        self._scopes = module_scopes(self.module, layout.order)
+        self._survey(layout.order, layout.nodes)
+        self._scopes = module_scopes(self.module, layout.order, self._nodes)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
         self._positions = layout.positions
-        self._survey(layout.order)
 
-    def _survey(self, source: Mapping[cst.CSTNode, SourceOrder]) -> None:
+    def _survey(self, source: Mapping[cst.CSTNode, SourceOrder], nodes: Sequence[cst.CSTNode]) -> None:
         """What several rules look for, read off the source order: every node in
         source order with its parent and the extent of its subtree, every name, every
-        ``x.backward(...)`` call, every import line."""
-        nodes: List[cst.CSTNode] = [self.module] * len(source)
-        for node, (start, _, _) in source.items():
-            nodes[start] = node
+        ``x.backward(...)`` call, every import line (``nodes``: those of ``source`` by rank)."""
         ranks: Dict[type, List[int]] = {}
         for rank, node in enumerate(nodes):
             ranks.setdefault(type(node), []).append(rank)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -36,6 +36,9 @@ class Layout:
     code: str  # the module's text (``module.code``)
     positions: Mapping[cst.CSTNode, CodeRange]  # what ``PositionProvider`` gives
     order: Mapping[cst.CSTNode, SourceOrder]
+    # The nodes by rank, in source order. A node standing at several places (a tree made by
+    # edits may reuse one) is there once per place; ``order`` and ``positions`` give its last.
+    nodes: Sequence[cst.CSTNode]
 
 
 class _Positions(Mapping[cst.CSTNode, CodeRange]):
@@ -93,8 +96,8 @@ class _RecordingState(CodegenState):
     offsets: Dict[cst.CSTNode, Tuple[int, int]] = field(default_factory=dict)
     order: Dict[cst.CSTNode, SourceOrder] = field(default_factory=dict)
     popped: str = ""  # the trailing newline the module took back, if any
+    ranked: List[cst.CSTNode] = field(default_factory=list)  # each node, once per place
     _open: List[Tuple[cst.CSTNode, int, int]] = field(default_factory=list)  # node, rank, offset
-    _count: int = 0
 
     def add_indent_tokens(self) -> None:
         super().add_indent_tokens()
@@ -112,12 +115,12 @@ class _RecordingState(CodegenState):
         super().pop_trailing_newline()
 
     def before_codegen(self, node: cst.CSTNode) -> None:
-        self._open.append((node, self._count, self.offset))
-        self._count += 1
+        self._open.append((node, len(self.ranked), self.offset))
+        self.ranked.append(node)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         _, rank, start = self._open.pop()
-        self.order[node] = (rank, self._count, self._open[-1][0] if self._open else None)
+        self.order[node] = (rank, len(self.ranked), self._open[-1][0] if self._open else None)
         if node not in self.offsets:  # a syntactic range recorded inside wins
             self.offsets[node] = (start, self.offset)
 
@@ -136,4 +139,6 @@ def module_layout(module: cst.Module) -> Layout:
     state = _RecordingState(default_indent=module.default_indent, default_newline=module.default_newline)
     module._codegen(state)
     code = "".join(state.tokens)
-    return Layout(code=code, positions=_Positions(state.offsets, code + state.popped), order=state.order)
+    return Layout(
+        code=code, positions=_Positions(state.offsets, code + state.popped), order=state.order, nodes=state.ranked
+    )

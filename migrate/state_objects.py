@@ -30,6 +30,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Scope
 
+from . import templates
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, WritePlace
 from .returned import returned_targets
@@ -233,7 +234,7 @@ class StateObjects:
         ``'state["optim"]'``) reads at ``at``, when the holder holds an object already
         followed; else None."""
         try:
-            node = cst.parse_expression(reference)
+            node = templates.shared_expression(reference)
         except cst.ParserSyntaxError:
             return None
         found = _field_read(node)

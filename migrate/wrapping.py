@@ -15,13 +15,12 @@ in the next round.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Set, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import CodeRange
 
-from .source_layout import module_layout
+from .source_layout import Layout, module_layout
 
 __all__ = ["LINE_LENGTH", "wrap_long_lines"]
 
@@ -45,13 +44,12 @@ def wrap_long_lines(module: cst.Module, original: str) -> str:
         }
         if not long_lines:
             return text
-        # The positions from one code generation: no batched traversal (migrate.source_layout).
-        finder = _OutermostSplittable(long_lines, module_layout(module).positions)
-        module.visit(finder)
-        if not finder.found:
+        # The positions and the source order from one code generation (migrate.source_layout).
+        found, paths = _outermost_splittable(long_lines, module_layout(module))
+        if not found:
             return text
-        indents = {id(node): _indent_of(lines[line - 1]) for line, node in finder.found.items()}
-        module = module.visit(_Split(indents, finder.paths, module.default_indent))
+        indents = {id(node): _indent_of(lines[line - 1]) for line, node in found.items()}
+        module = module.visit(_Split(indents, paths, module.default_indent))
         text = module.code
     return text
 
@@ -60,62 +58,62 @@ def _indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-class _OutermostSplittable(cst.CSTVisitor):
+def _outermost_splittable(lines: Set[int], layout: Layout) -> Tuple[Dict[int, Splittable], Set[int]]:
     """For each of ``lines``, the outermost splittable node to split for it: one lying on
     that line alone, or one spanning it that is not yet split one element per line (a call
     whose arguments hug their own line, ``f(\\n    a, g(b)\\n)``: ruff format splits every
-    bracket around a split one, so the outer one goes first). A node holding a comment is
-    never chosen (splitting rewrites its whitespace), and nodes under a chosen one wait for
-    the next round, when their own line's indentation is known."""
-
-    def __init__(self, lines: Set[int], positions: Mapping[cst.CSTNode, CodeRange]) -> None:
-        super().__init__()
-        self._lines = lines
-        self._positions = positions
-        self._in_fstring = 0
-        self._chosen_until = 0  # the last line of the chosen node being visited, if any
-        self._open: List[cst.CSTNode] = []  # the node being visited and those above it
-        self.found: Dict[int, Splittable] = {}
-        self.paths: Set[int] = set()  # ids of the chosen nodes and of the nodes above them
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> None:
-        self._in_fstring += 1  # a line break inside an f-string is not valid before 3.12
-
-    def leave_FormattedString(self, original_node: cst.FormattedString) -> None:
-        self._in_fstring -= 1
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self._open.append(node)  # popped in on_leave, which libcst calls whatever this returns
-        if isinstance(node, cst.SimpleStatementLine) and not self._spans_a_line(node):
-            return False  # nothing to split in it: not entered (a libcst traversal rebuilds nodes)
-        if not super().on_visit(node):
-            return False
-        if self._in_fstring or not isinstance(node, (cst.Call, cst.Dict, cst.List, cst.Set)):
-            return True
-        where = self._positions[node]
-        if where.start.line <= self._chosen_until:
-            return True
-        spanned = [line for line in range(where.start.line, where.end.line + 1) if line in self._lines]
+    bracket around a split one, so the outer one goes first); and the ids of the chosen
+    nodes and of the nodes above them. A node holding a comment is never chosen (splitting
+    rewrites its whitespace), nor one inside an f-string (a line break there is not valid
+    before 3.12), and nodes under a chosen one wait for the next round, when their own
+    line's indentation is known. The nodes are read off the source order of ``layout`` (no
+    libcst traversal, which would rebuild them); a simple statement line none of ``lines``
+    falls in is skipped whole."""
+    order, positions, nodes = layout.order, layout.positions, layout.nodes
+    found: Dict[int, Splittable] = {}
+    paths: Set[int] = set()
+    chosen_until = 0  # the last line of the last chosen node
+    fstring_end = 0  # the rank past the f-string being read, if any
+    above: List[Tuple[cst.CSTNode, int]] = []  # the nodes above the one read, with their ends
+    rank = 0
+    while rank < len(nodes):
+        node = nodes[rank]
+        start, end, _ = order[node]
+        end += rank - start  # this place's end: a node at several places is recorded at its last
+        while above and above[-1][1] <= rank:
+            above.pop()
+        if isinstance(node, cst.SimpleStatementLine) and not _spans_a_line(positions[node], lines):
+            rank = end
+            continue
+        above.append((node, end))
+        rank += 1
+        if rank <= fstring_end:
+            continue
+        if isinstance(node, cst.FormattedString):
+            fstring_end = end
+            continue
+        if not isinstance(node, (cst.Call, cst.Dict, cst.List, cst.Set)):
+            continue
+        where = positions[node]
+        if where.start.line <= chosen_until:
+            continue
+        spanned = [line for line in range(where.start.line, where.end.line + 1) if line in lines]
         if not spanned or not _elements(node) or (isinstance(node, cst.Call) and _bare_generator(node)):
-            return True
+            continue
         single = where.start.line == where.end.line
-        if not single and (_split_already(node) or m.findall(node, m.Comment())):
-            return True
-        self.found[where.start.line] = node
-        self.paths.update(id(open_node) for open_node in self._open)
-        self._chosen_until = where.end.line
-        return True
+        if not single and (_split_already(node) or any(isinstance(inner, cst.Comment) for inner in nodes[rank:end])):
+            continue
+        found[where.start.line] = node
+        paths.update(id(open_node) for open_node, _ in above)
+        chosen_until = where.end.line
+    return found, paths
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self._open.pop()
-        super().on_leave(original_node)
 
-    def _spans_a_line(self, line: cst.SimpleStatementLine) -> bool:
-        """One of the long lines is in ``line``'s range, which holds every node under it
-        (unlike a compound statement's range, which ends with its body, before an
-        ``else``, and starts after its decorators)."""
-        where = self._positions[line]
-        return any(where.start.line <= number <= where.end.line for number in self._lines)
+def _spans_a_line(where: CodeRange, lines: Set[int]) -> bool:
+    """One of ``lines`` is in the range ``where`` of a simple statement line, which holds
+    every node under it (unlike a compound statement's range, which ends with its body,
+    before an ``else``, and starts after its decorators)."""
+    return any(where.start.line <= number <= where.end.line for number in lines)
 
 
 def _split_already(node: Splittable) -> bool:

@@ -80,13 +80,13 @@ def test_deeply_nested_file_gets_a_diagnostic_and_the_run_goes_on(tmp_path, jobs
 @pytest.mark.parametrize(
     "body",
     [
-        "x = " + "[" * 200 + "1" + "]" * 200,
+        "x = " + "[" * 201 + "1" + "]" * 201,
         "x = " + "-" * 500 + "1",
         "x = 1\x00\n",
         "print 'hello'",
         "exec 'x = 1'",
     ],
-    ids=["200-deep-list", "500-deep-unary", "nul-byte", "python2-print", "python2-exec"],
+    ids=["201-deep-list", "500-deep-unary", "nul-byte", "python2-print", "python2-exec"],
 )
 def test_deep_nul_and_python2_input_is_a_user_error_not_an_internal_one(tmp_path, capsys, body):
     path = tmp_path / "a.py"
@@ -97,6 +97,20 @@ def test_deep_nul_and_python2_input_is_a_user_error_not_an_internal_one(tmp_path
     assert first.startswith(f"{path}:") and " RPM901 " in first, err
     assert "internal" not in err and "please report" not in err
     assert path.read_text() == SCALER + body + "\n"
+
+
+def test_the_deepest_list_python_accepts_is_migrated_around(tmp_path, capsys):
+    """200 nested brackets (Python's limit; 201 is the syntax error above): the engine walks
+    such a file without running out of stack, so the training code in it is migrated and the
+    deep line stays as it was."""
+    deep = "x = " + "[" * 200 + "1" + "]" * 200
+    path = tmp_path / "a.py"
+    path.write_text(SCALER + deep + "\n")
+    code, out, err = run(capsys, "-w", path)
+    assert (code, out) == (0, ""), err
+    migrated = path.read_text()
+    assert "roundpipe" in migrated and deep in migrated.splitlines()
+    compile(migrated, str(path), "exec")
 
 
 def test_syntax_errors_are_reported_in_files_without_any_amp_marker(tmp_path, capsys):

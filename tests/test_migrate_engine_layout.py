@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from typing import Dict, Set, Tuple
+from pathlib import Path
+from typing import Dict, Mapping, Sequence
 
 import libcst as cst
 import pytest
@@ -60,6 +61,11 @@ class C(B1, metaclass=M1):
                 pass
 def gen[T: bound1](x: T) -> T:
     return x
+def hinted(x1: "typing.List[K1]") -> "R2":
+    import os.path as op, json
+    from .rel import thing
+    nonlocal_like = [op.join(json) for _ in thing]
+    return x1
 a[lambda y3: y3] = 1
 (a).b = 1
 print(*stars, **dd)
@@ -96,23 +102,52 @@ def test_expression_contexts_are_libcsts() -> None:
     assert any(node not in contexts for node in nodes if isinstance(node, cst.Name))  # an attribute's name
 
 
-def _bindings(scopes: object) -> Dict[cst.CSTNode, Tuple[Set[object], Set[object]]]:
-    """Per node with a scope: what its scope binds (name, node) and reads (node, referents)."""
-    found: Dict[cst.CSTNode, Tuple[Set[object], Set[object]]] = {}
-    for node, scope in scopes.items():  # type: ignore[attr-defined]
-        if isinstance(scope, Scope):
-            bound = {(a.name, getattr(a, "node", None)) for a in scope.assignments}
+#: The migrate fixtures and example scripts: the scopes must agree on each.
+FIXTURES = sorted(
+    [*Path(__file__).parent.glob("migrate_cases/*.py"), *(Path(__file__).parent.parent / "examples").glob("*.py")]
+)
+
+
+def _bindings(scopes: Mapping[cst.CSTNode, object], nodes: Sequence[cst.CSTNode]) -> Dict[object, object]:
+    """Per node of ``nodes`` with a scope: what kind of scope of which node it is, under which
+    one, and the qualified names of a name or attribute there; per scope: what it binds (name,
+    node, the nodes reading it) and what it reads (node, referents)."""
+    found: Dict[object, object] = {}
+    for node in nodes:
+        scope = scopes.get(node)
+        if not isinstance(scope, Scope):
+            continue
+        where = (type(scope), getattr(scope, "node", None), getattr(scope.parent, "node", None))
+        names = scope.get_qualified_names_for(node) if isinstance(node, (cst.Name, cst.Attribute)) else ()
+        found[node] = (where, {(q.name, q.source) for q in names})
+        if where not in found:
+            bound = {
+                (a.name, getattr(a, "node", None), frozenset(r.node for r in a.references)) for a in scope.assignments
+            }
             read = {
                 (access.node, frozenset(getattr(a, "node", None) for a in access.referents))
                 for access in scope.accesses
             }
-            found[node] = (bound, read)
+            found[where] = (bound, read)
     return found
 
 
-def test_module_scopes_are_libcsts() -> None:
-    module = cst.parse_module(PROGRAM)
+def _scopes_agree(text: str) -> None:
+    module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    scopes = module_scopes(module, module_layout(module).order)
-    assert set(scopes) == set(expected)
-    assert _bindings(scopes) == _bindings(expected)
+    layout = module_layout(module)
+    nodes = layout.nodes
+    scopes = module_scopes(module, layout.order, nodes)
+    # The nodes parsed from a string annotation are made afresh by each analysis: only the
+    # module's own nodes can be compared.
+    assert set(scopes) & set(nodes) == set(expected) & set(nodes)
+    assert _bindings(scopes, nodes) == _bindings(expected, nodes)
+
+
+def test_module_scopes_are_libcsts() -> None:
+    _scopes_agree(PROGRAM)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[path.name for path in FIXTURES])
+def test_module_scopes_are_libcsts_on_the_fixtures(path: Path) -> None:
+    _scopes_agree(path.read_text())

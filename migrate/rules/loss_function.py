@@ -18,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import BuiltinAssignment
 
+from .. import templates
 from ..edits import carry_comments
 from ..plan import Blocked
 from ..syntax import (
@@ -494,17 +495,17 @@ def emit_forward(step: "StepBuilder", region: "ForwardRegion", forward: "Forward
     inside_moved = forward.moved[:inside_count]
     outside_moved = forward.moved[inside_count:]
     outside = _outside_autocast(step, region, [s for s, keep in zip(region.outside, outside_moved) if keep])
-    returned = cst.parse_statement(f"return {step.scaler}.scale({code(step.loss)}){divisor}\n")
+    returned = templates.statement(f"return {step.scaler}.scale({code(step.loss)}){divisor}\n")
     drop = 1 if forward.drop_first else 0
 
     def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
         body = [s for s, keep in list(zip(updated, inside_moved))[drop:] if keep] + outside
         kept = [s for s, keep in zip(updated, inside_moved) if not keep]
-        definition = cst.parse_statement(f"def {loss_fn}({out_param}, {label_param}):\n{head}    pass\n")
+        definition = templates.statement(f"def {loss_fn}({out_param}, {label_param}):\n{head}    pass\n")
         assert isinstance(definition, cst.FunctionDef) and isinstance(definition.body, cst.IndentedBlock)
-        inner = [*definition.body.body[:-1], *body, *map(cst.parse_statement, capture), returned]
+        inner = [*definition.body.body[:-1], *body, *map(templates.statement, capture), returned]
         definition = definition.with_changes(body=definition.body.with_changes(body=inner))
-        return [carry_comments(updated[:drop], definition), *map(cst.parse_statement, after), *kept]
+        return [carry_comments(updated[:drop], definition), *map(templates.statement, after), *kept]
 
     plan.edits.replace_range(region.block, region.start, region.end, build)
     if region.outside:  # the moved statements carry their own comments

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from .. import multi_step
+from .. import multi_step, templates
 from ..attributes import InstanceFamily, check_wrap, wrap_where_bound, wrapped
 from ..constructor_alias import constructor_alias
 from ..ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
@@ -260,7 +260,7 @@ def plan_model_wrap(rules: "TorchAmpRules", built: Binding, model: str, paramete
         block = rules.facts.parent(built.statement)
         assert isinstance(block, (cst.IndentedBlock, cst.Module))  # a statement's block
         index = list(block.body).index(built.statement)
-        wrap = cst.parse_statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
+        wrap = templates.statement(f"{model} = roundpipe.RoundPipe({model}, {config})\n")
         plan.edits.insert_before(block, index, [wrap])
     plan.rewrites.append(
         (built.statement, f"wrapped {model} with roundpipe.RoundPipe; optimizer built on model.optim_parameters()")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 import libcst as cst
 import libcst.matchers as m
 
-from .. import gradient_helpers, multi_step, optimizer_wrappers, split_functions, split_step, step_decisions
+from .. import gradient_helpers, multi_step, optimizer_wrappers, split_functions, split_step, step_decisions, templates
 from ..ddp_guard import is_sync_context
 from ..edits import drop_keeping_comments
 from ..names import CLIP_FUNCTIONS
@@ -314,7 +314,7 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
         zero_call = only_expression(step.body[zero_grads[0]])
         assert isinstance(zero_call, cst.Call)  # a zero_grad() call (zero_grad_call)
         arguments = ", ".join(code(a).rstrip(", ") for a in zero_call.args)
-        moved_zero = cst.parse_statement(f"{optimizer}.zero_grad({arguments})\n")
+        moved_zero = templates.statement(f"{optimizer}.zero_grad({arguments})\n")
     moved = [s for s, _ in step.with_kinds(group)]
     escaping = escaping_values(step, moved)
     on_copies_context = gradient_helpers.needs_optimizer_context(step, moved, model)
@@ -331,12 +331,12 @@ def plan_step_group(step: "StepBuilder", recognised: RecognisedStep, zero_grads:
             inside = gradient_helpers.in_optimizer_context(inside)
         if escaping.declaration is not None:
             inside = [escaping.declaration.with_changes(leading_lines=inside[0].leading_lines), *inside]
-        definition = cst.ensure_type(cst.parse_statement(f"def {step_fn}():\n    pass\n"), cst.FunctionDef)
+        definition = cst.ensure_type(templates.statement(f"def {step_fn}():\n    pass\n"), cst.FunctionDef)
         definition = definition.with_changes(
             leading_lines=inside[0].leading_lines,
             body=definition.body.with_changes(body=[inside[0].with_changes(leading_lines=()), *inside[1:]]),
         )
-        call = cst.parse_statement(f"{model}.step({step_fn}{step_suffix})\n")
+        call = templates.statement(f"{model}.step({step_fn}{step_suffix})\n")
         return [*escaping.bindings, definition, call] + ([update] if update is not None else [])
 
     plan.edits.replace_range(found.block, found.start, found.end, build)
@@ -389,7 +389,7 @@ def update_statement(step: "StepBuilder") -> cst.BaseStatement:
     of its own (apex). With --exact no ``is_async=False`` is needed: after ``model.step(...,
     is_async=False)`` the step was waited for, so a plain ``update()`` applies this
     iteration's result (torch's sequence), and the line stays valid on upstream 0.1.1."""
-    return cst.parse_statement(f"{step.scaler}.update()\n")
+    return templates.statement(f"{step.scaler}.update()\n")
 
 
 #: (statements for the step function, the main-thread update); the statements are libcst
