@@ -44,6 +44,7 @@ from .apex_two_path import SplitBackward, anchor_at_split, split_backward
 from .edits import carry_comments
 from .plan import Blocked
 from .rules import step_function
+from .rules.loss_function import ForwardPlan, ForwardRegion
 from .rules.step_function import StepBody
 from .step_values import GUARDABLE, branches
 from .steps import StepBuilder
@@ -118,6 +119,11 @@ class TwoPathStep(StepBuilder):
 
     def replaced_backward(self) -> cst.BaseStatement:
         return self.split_if
+
+    def fused_form_planned(self, region: ForwardRegion, zero_grads: List[int], forward: ForwardPlan) -> None:
+        self.rules.plan.rewrites.append(
+            (self.split_if, "two-path backward -> forward_backward; the loss function scales the loss on the AMP path")
+        )
 
     # ------------------------------------------------------------ the step group
     def classify(self, statement: cst.BaseStatement) -> Optional[str]:
@@ -234,14 +240,19 @@ class TwoPathStep(StepBuilder):
 
     def _test_not_kept(self, test: cst.BaseExpression) -> Optional[str]:
         """Why the value of ``test`` may differ where it is read again (a call with effects,
-        a name rebound in the loop around the step, which an asynchronous step function may
+        a name rebound in a loop around the step, which an asynchronous step function may
         read after it changed); None when it may be read anywhere in the iteration."""
         why = self._calls_something(test)
         if why is not None:
             return why
-        loop = self.facts.enclosing(self.split_if, (cst.For, cst.While))
-        rebound = _rebound(test, _bound_in(loop)) if loop is not None else []
-        return f"reads {', '.join(sorted(rebound))}, which the loop around the step rebinds" if rebound else None
+        bound: Set[str] = set()
+        for ancestor in self.facts.ancestors(self.split_if):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(ancestor, (cst.For, cst.While)):
+                bound |= _bound_in(ancestor)
+        rebound = _rebound(test, bound)
+        return f"reads {', '.join(rebound)}, which a loop around the step rebinds" if rebound else None
 
     def _calls_something(self, test: cst.BaseExpression) -> Optional[str]:
         """Why ``test`` is not a plain read: a call other than ``len(...)`` or the scaler's
@@ -314,6 +325,15 @@ def _negated(test: cst.BaseExpression) -> str:
     """Source text testing the opposite of ``test``."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return code(test.expression)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        flipped = next((b for a, b in _OPPOSITES if isinstance(target.operator, a)), None)
+        if flipped is not None:
+            return f"{code(test.left)} {flipped} {code(target.comparator)}"
     if isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
         return f"not {code(test)}"
     return f"not ({code(test)})"
+
+
+#: comparison operators and the spelling of their opposite
+_OPPOSITES = ((cst.Is, "is not"), (cst.IsNot, "is"), (cst.Equal, "!="), (cst.NotEqual, "=="))
