@@ -35,13 +35,14 @@ goes; otherwise the autograd form, both backwards kept as written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
 
 from .apex_two_path import SplitBackward, anchor_at_split, split_backward
 from .edits import carry_comments
+from .multi_step import schedules
 from .plan import Blocked
 from .rules import step_function
 from .rules.loss_function import ForwardPlan, ForwardRegion
@@ -55,7 +56,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TwoPathStep", "step_builder"]
 
-#: what the AMP branch of a two-path step may hold
+#: what the AMP branch of a two-path step may hold (besides zeroing its optimizer and
+#: stepping a scheduler of it, in either branch)
 _AMP_WORK = frozenset({"unscale", "clip", "measure", "guarded", "step", "update"})
 #: what the plain branch may hold besides its one ``optimizer.step()``
 _PLAIN_WORK = frozenset({"clip", "measure", "guarded"})
@@ -101,7 +103,7 @@ class TwoPathStep(StepBuilder):
         why = self._calls_something(test)
         bound = _rebound(test, {n for s in self.body[: self.index] for n in _bound_in(s)})
         if why is None and bound:
-            why = f"reads {', '.join(sorted(bound))}, bound before it in its block"
+            why = f"reads {', '.join(bound)}, bound before it in its block"
         if why is not None:
             raise Blocked(
                 self.backward,
@@ -201,16 +203,6 @@ class TwoPathStep(StepBuilder):
         paths = self._paths(statement)
         assert paths is not None  # classified as a two-path step
         amp, plain = paths
-        for branch, allowed, which in ((amp, _AMP_WORK, "AMP"), (plain, _PLAIN_WORK, "plain")):
-            extra = [s for s in branch if self.classify(s) not in allowed and s not in self._plain_lines(plain)]
-            if extra:
-                raise Blocked(
-                    extra[0],
-                    "RPM135",
-                    f"the {which} branch of the two-path step `if {code(statement.test)}:` holds "
-                    f"`{code(extra[0]).strip().splitlines()[0]}`, which is not optimizer work the step "
-                    "function can take; migrate this step by hand",
-                )
         amp_steps = [only_expression(s) for s in amp if self.classify(s) == "step"]
         plain_steps = self._plain_steps(plain)
         stepped = {code(c.args[0].value) for c in amp_steps if isinstance(c, cst.Call) and c.args}
@@ -223,6 +215,18 @@ class TwoPathStep(StepBuilder):
                 f"(`{'`, `'.join(sorted(stepped))}`): one `model.step` serves one optimizer; "
                 "migrate this step by hand",
             )
+        optimizer = stepped.pop()
+        plain_lines = self._plain_lines(plain)
+        for branch, allowed, which in ((amp, _AMP_WORK, "AMP"), (plain, _PLAIN_WORK, "plain")):
+            extra = [s for s in branch if s not in plain_lines and not self._branch_work(s, allowed, optimizer)]
+            if extra:
+                raise Blocked(
+                    extra[0],
+                    "RPM135",
+                    f"the {which} branch of the two-path step `if {code(statement.test)}:` holds "
+                    f"`{code(extra[0]).strip().splitlines()[0]}`, which is not work on `{optimizer}` the "
+                    "step function can take; migrate this step by hand",
+                )
         why = self._test_not_kept(statement.test)
         if why is not None:
             raise Blocked(
@@ -233,6 +237,18 @@ class TwoPathStep(StepBuilder):
                 "migrate this step by hand",
             )
         return amp
+
+    def _branch_work(self, statement: cst.BaseStatement, allowed: FrozenSet[str], optimizer: str) -> bool:
+        """``statement`` of a two-path step's branch is optimizer work of a kind in
+        ``allowed``, or zeroes ``optimizer`` or steps a scheduler that may drive it."""
+        kind = self.classify(statement)
+        call = only_expression(statement)
+        owner = code(call.func.value) if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
+        if kind == "zero_grad":
+            return owner == optimizer
+        if kind == "scheduler":
+            return owner is not None and schedules(self, owner, statement, optimizer)
+        return kind in allowed
 
     def _plain_lines(self, plain: Sequence[cst.BaseStatement]) -> Set[cst.BaseStatement]:
         steps = set(self._plain_steps(plain))
@@ -317,7 +333,9 @@ def _bound_in(node: cst.CSTNode) -> Set[str]:
 def _rebound(test: cst.BaseExpression, bound: Set[str]) -> List[str]:
     """The values ``test`` reads (a name, ``self.amp``) that a binding in ``bound``
     replaces, itself or an object it is read from."""
-    reads = {dotted(n) for n in m.findall(test, m.Name() | m.Attribute() | m.Subscript())} - {None}
+    attributes = {id(a.attr) for a in m.findall(test, m.Attribute()) if isinstance(a, cst.Attribute)}
+    spelled = m.findall(test, m.Name() | m.Attribute() | m.Subscript())
+    reads = {dotted(n) for n in spelled if id(n) not in attributes}  # `fp16` of `args.fp16` is no read
     return sorted(r for r in reads if r is not None and any(r == b or r.startswith(f"{b}.") for b in bound))
 
 
