@@ -47,8 +47,9 @@ def _only_statement(block: cst.BaseSuite) -> Optional[cst.BaseStatement]:
 
 
 def split_backward(step: "StepBuilder") -> Optional[SplitBackward]:
-    """The split around ``step``'s ``scale_loss`` block: the block is the only statement of
-    one branch of an ``if``/``else`` (no ``elif``) whose other branch is only
+    """The split around ``step``'s backward (apex's ``scale_loss`` block, or torch's
+    ``scaler.scale(loss).backward()``, :mod:`migrate.torch_two_path`): it is the only
+    statement of one branch of an ``if``/``else`` (no ``elif``) whose other branch is only
     ``loss.backward()`` of the same loss; None for any other shape."""
     owner = step.facts.parent(step.block)
     statement = step.facts.parent(owner) if isinstance(owner, cst.Else) else owner

@@ -84,7 +84,9 @@ _CODES: Tuple[Code, ...] = (
         "no recognised optimizer step follows the backward",
         "no `scaler.step(optimizer)` (apex: `optimizer.step()`), with the optimizer a name or an "
         "attribute, follows the backward in its block, in an `if` after it, or after the loop of "
-        "micro-steps that ends with it; nor, when the backward ends its function or method, does "
+        "micro-steps that ends with it (for a backward that is one branch of a two-path split, "
+        "`if amp: scaler.scale(loss).backward() else: loss.backward()`, the same after that "
+        "`if`); nor, when the backward ends its function or method, does "
         "exactly one other method of the class family or one other function handed the same "
         "scaler hold the step",
         "the rewrite is built from the step that consumes the backward's gradients; a step it "
@@ -270,9 +272,14 @@ _CODES: Tuple[Code, ...] = (
         "the optimizer step runs under a condition the rewrite cannot keep",
         "the `if` holding the step has an `else` branch, its test reads a gradient norm measured "
         "after the backward, or `zero_grad()` runs every iteration while the step runs under a "
-        "condition or after a loop of micro-steps",
+        "condition or after a loop of micro-steps; or, in a two-path step after a two-path "
+        "backward (`if amp: scaler.step(opt); scaler.update() else: opt.step()`), a branch holds "
+        "work other than unscale/clip/step/update, the branches do not step one optimizer once "
+        "each, or the test calls a function or reads a name a loop around the step rebinds",
         "the condition or the zeroing would be decided on the main thread from values only the "
-        "step function has, or would no longer discard the same gradients",
+        "step function has, or would no longer discard the same gradients; a two-path step moves "
+        "into the step function whole, for one optimizer, and its test is read again on the main "
+        "thread for the scaler's update",
         "`if torch.isfinite(norm): scaler.step(opt)` with `norm` measured after the backward",
         "keep one unconditional `scaler.step` (it already skips non-finite steps) and zero "
         "where the step runs, or migrate by hand",

@@ -703,6 +703,7 @@ class _WrapperStep:
     trained: Tuple[str, str]  # (optimizer, model)
     built: Optional[Binding]
     model_outer: str
+    split = None  # a wrapper call is never one branch of a two-path split (migrate.two_path)
 
 
 #: ``loss.backward()``, possibly with ``create_graph=<name>`` (kept as written, as the

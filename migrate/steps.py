@@ -34,6 +34,7 @@ from .step_values import (
     branches,
 )
 from .syntax import (
+    code,
     dotted,
     method_call,
     names_in,
@@ -41,6 +42,7 @@ from .syntax import (
 )
 
 if TYPE_CHECKING:
+    from .apex_two_path import SplitBackward
     from .torch_amp import TorchAmpRules
 
 __all__ = ["StepBuilder", "StepGroup", "UNFUSABLE"]
@@ -64,6 +66,7 @@ class StepBuilder:
     built: Binding  # the first place the optimizer is built (model_for)
     model_outer: str  # the model's name there
     group_condition: Optional[cst.If] = None  # the `if` around the step group, once found
+    split: Optional["SplitBackward"] = None  # the two-path split choosing the backward (apex_two_path.py)
 
     def __init__(
         self, rules: "TorchAmpRules", scaler: str, backward: cst.SimpleStatementLine, loss: cst.BaseExpression
@@ -159,6 +162,15 @@ class StepBuilder:
     autograd_form = True  # a step whose forward cannot be fused keeps it (torch.amp shapes)
     orders_optimizer_writes = True  # False where another rule orders them (a wrapper's two-path step)
     step_rewrite = "optimizer step -> model.step(step_fn); scaler.update() kept"
+
+    def scaled_loss(self) -> str:
+        """Source text of what the fused form's loss function back-propagates (before the
+        microbatch divisor)."""
+        return f"{self.scaler}.scale({code(self.loss)})"
+
+    def replaced_backward(self) -> cst.BaseStatement:
+        """The statement the fused form's ``forward_backward`` replaces."""
+        return self.backward
 
     def check_fusable(self) -> None:
         """Raise why the step cannot take the fused form (an unfusable code), if it cannot

@@ -43,7 +43,6 @@ from .rules.scaler_constructor import drop_unused_scaler_imports, rewrite_constr
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .state_objects import StateField, StateObjects
-from .steps import StepBuilder
 from .syntax import (
     calls_method,
     code,
@@ -54,6 +53,7 @@ from .syntax import (
     only_expression,
     tests_presence,
 )
+from .torch_two_path import step_builder
 
 __all__ = ["Blocked", "Plan", "TorchAmpRules", "plan_torch_amp"]
 
@@ -681,7 +681,7 @@ class TorchAmpRules:
             raise Blocked(backward_call, "RPM130", "backward() with arguments is not migrated")
         if len(scale_call.args) != 1:
             raise Blocked(scale_call, "RPM130", "scaler.scale() of several outputs is not migrated")
-        step = StepBuilder(self, scaler, statement, scale_call.args[0].value)
+        step = step_builder(self, scaler, statement, scale_call.args[0].value)
         step.plan()
         plan_plain_path(step)
 

@@ -22,7 +22,10 @@ def other_branch(step: "StepBuilder") -> List[cst.BaseStatement]:
     """The statements of the other branch of the ``if``/``else`` whose body or ``else``
     holds the step's backward (none when there is no such ``if``): the plain path of a
     two-path step, which the step's own rules must leave to
-    :func:`migrate.plain_path.plan_plain_path`."""
+    :func:`migrate.plain_path.plan_plain_path`; none for a step of a two-path split, whose
+    ``if`` picks only the backward (:mod:`migrate.apex_two_path`)."""
+    if step.split is not None:
+        return []
     owner = step.facts.parent(step.block)
     statement = step.facts.parent(owner) if isinstance(owner, cst.Else) else owner
     if not isinstance(statement, cst.If) or not isinstance(statement.orelse, cst.Else):

@@ -48,6 +48,8 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "loss_scaler_timm": [[], ["--no-amp"]],
     "trainer_optional_amp": [[], ["--disable-amp"]],
     "two_path_amp": [[], ["--precision", "fp32"]],
+    "two_path_split_backward": [[], ["--no-amp"]],
+    "two_path_split_trainer": [[], ["--no-amp"]],
     "autocast_ctx_microsteps": [[], ["--dtype", "float32"]],
     "torchvision_reference": [[], ["--no-amp"]],
     "yolo_accumulate": [[], ["--no-amp"]],
@@ -63,7 +65,14 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "trainer_optimizer_factory": [[], ["sgd"], ["adamw", "fixed"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
-FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
+FAST = {
+    "trainer_class",
+    "loss_scaler_wrapper",
+    "optional_amp_none",
+    "gan_shared_scaler",
+    "two_path_amp",
+    "two_path_split_backward",
+}
 # Projects the tool gets wrong today: expected failures, strict, so that a fix is noticed
 # (and the entry removed) the day the tool stops getting them wrong.
 KNOWN_WRONG: Dict[str, str] = {}

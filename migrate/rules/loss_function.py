@@ -495,7 +495,7 @@ def emit_forward(step: "StepBuilder", region: "ForwardRegion", forward: "Forward
     inside_moved = forward.moved[:inside_count]
     outside_moved = forward.moved[inside_count:]
     outside = _outside_autocast(step, region, [s for s, keep in zip(region.outside, outside_moved) if keep])
-    returned = templates.statement(f"return {step.scaler}.scale({code(step.loss)}){divisor}\n")
+    returned = templates.statement(f"return {step.scaled_loss()}{divisor}\n")
     drop = 1 if forward.drop_first else 0
 
     def build(updated: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
@@ -525,7 +525,7 @@ def _read_elsewhere(step: "StepBuilder", region: "ForwardRegion", forward: "Forw
         return True
     statements = region.statements[region.start : region.end] + region.outside
     skipped: Set[cst.CSTNode] = {s for s, inside in zip(statements, forward.moved) if inside}
-    skipped.add(step.backward)
+    skipped.add(step.replaced_backward())
     return bool({forward.loss_name, "locals", "vars"} & names_outside(step.facts, function, skipped))
 
 

@@ -219,7 +219,16 @@ def find_step_group(step: "StepBuilder") -> StepGroup:
         "RPM106",
         "no optimizer step (`scaler.step(optimizer)` + "
         "`scaler.update()`, or apex's `optimizer.step()`) follows the backward in "
-        f"the same block{_split_over_functions(step, function, wrapper)}",
+        f"the same block{_after_split(step)}{_split_over_functions(step, function, wrapper)}",
+    )
+
+
+def _after_split(step: "StepBuilder") -> str:
+    """Where the step was looked for, for a backward of a two-path split."""
+    return (
+        ""
+        if step.split is None
+        else " (the backward is one branch of a two-path `if`: the step is looked for after that `if`)"
     )
 
 
