@@ -832,6 +832,8 @@ def _name_wrapper_users(
             used = [defined for _, defined in sorted(edge.names) if (edge.target, defined) in wrappers]
             if used:
                 line = wrappers[(edge.target, used[0])]
+                refused = [d for d in results[edge.target].diagnostics if not d.is_info]
+                why = f", refused at {refused[0].path}:{refused[0].line} ({refused[0].code})" if refused else ""
                 result.diagnostics.append(
                     Diagnostic(
                         path,
@@ -839,8 +841,8 @@ def _name_wrapper_users(
                         1,
                         "RPM111",
                         (
-                            f"uses the wrapper class {used[0]} ({edge.target}:{line}), which the "
-                            "migration does not rewrite; migrate its training step by hand"
+                            f"uses the class {used[0]} ({edge.target}:{line}), which scales a loss and calls "
+                            f"backward and is not migrated{why}; migrate its training step by hand"
                         ),
                     )
                 )
