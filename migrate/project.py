@@ -169,7 +169,10 @@ def _migrate_joined_classes(
         blocked = any(not d.is_info for p in group for d in results[p].diagnostics)
         scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
         handed = _handed_elsewhere(files, results, group)
-        if set(taken) & set(group) or not (blocked or scaling_base or handed):
+        if set(taken) & set(group):
+            _report_unjoined_builder(results, taken, group)
+            continue
+        if not (blocked or scaling_base or handed):
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
@@ -194,6 +197,32 @@ def _migrate_joined_classes(
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
     return taken
+
+
+def _report_unjoined_builder(
+    results: Dict[str, FileResult], taken: Mapping[str, FrozenSet[str]], group: List[str]
+) -> None:
+    """``group`` (its last file builds or derives from classes of the others) overlaps a
+    group already analysed as one module: a file is analysed in one group only. Where that
+    analysis refused an overlapping file, the refusal did not see ``group``'s last file (it
+    may say the class is built nowhere), so that file's refusal is completed with the real
+    reason (RPM110)."""
+    builder = group[-1]
+    for path in group[:-1]:
+        first = taken.get(path)
+        if first is None or builder in first or not any(not d.is_info for d in results[path].diagnostics):
+            continue
+        others = ", ".join(p for p in sorted(first) if p != path)
+        results[path].diagnostics.append(
+            Diagnostic(
+                path,
+                1,
+                1,
+                "RPM110",
+                f"analysed as one module with {others} only (a file is analysed in one such group): "
+                f"what {builder} builds from it or hands it is not followed; left unchanged",
+            )
+        )
 
 
 def _report_joined_blockers(

@@ -107,3 +107,73 @@ def test_a_script_using_a_refused_trainer_names_the_refusal():
     where = f"trainer.py:{_line(FOREIGN_OPTIMIZER, 'get_optimizer')} (RPM108)"
     assert f"refused at {where}" in diagnostic.message
     assert "wrapper class" not in diagnostic.message
+
+
+HOOKED_LOOP = """import torch
+
+
+class HookBase:
+    trainer = None
+
+    def after_step(self):
+        pass
+
+
+class AMPTrainer:
+    def __init__(self, model, optimizer, hooks, grad_scaler=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.hooks = hooks
+        if grad_scaler is None:
+            grad_scaler = torch.amp.GradScaler("cpu")
+        self.grad_scaler = grad_scaler
+
+    def run_step(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = self.model(x).float().pow(2).mean()
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(loss).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+        for hook in self.hooks:
+            hook.after_step()
+"""
+
+HOOKS = """from train_loop import HookBase
+
+
+class LRScheduler(HookBase):
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def after_step(self):
+        self.scheduler.step()
+"""
+
+HOOKED_SCRIPT = """import torch
+
+from hooks import LRScheduler
+from train_loop import AMPTrainer
+
+
+def main(batches):
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
+    trainer = AMPTrainer(model, optimizer, [LRScheduler(scheduler)])
+    for x in batches:
+        trainer.run_step(x)
+"""
+
+
+def test_a_trainer_joined_with_its_hooks_says_its_builder_was_not_seen():
+    """detectron2's layout: hooks.py derives from the loop's ``HookBase`` and main.py builds
+    the trainer; the loop file is analysed with the hooks only, and its refusal says so
+    instead of leaving "not built in this file" as the only reason."""
+    results = migrate_project({"train_loop.py": HOOKED_LOOP, "hooks.py": HOOKS, "main.py": HOOKED_SCRIPT})
+    assert not any(result.changed for result in results.values())
+    notes = [d.message for d in results["train_loop.py"].diagnostics if d.code == "RPM110"]
+    assert notes == [
+        "analysed as one module with hooks.py only (a file is analysed in one such group): what main.py "
+        "builds from it or hands it is not followed; left unchanged"
+    ]
