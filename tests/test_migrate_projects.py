@@ -66,6 +66,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "nnunet_lifecycle": [[], ["--disable-amp"]],
     "espnet_classmethod": [[], ["--no-use-amp"]],
     "hf_no_trainer_resume": [[], ["--no-fp16", "--lr_scheduler_type", "cosine"]],
+    "fairseq_lazy_optimizer": [[], ["--no-amp"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
