@@ -196,7 +196,35 @@ def _migrate_joined_classes(
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
+        _name_silent_members(files, results, group)
     return taken
+
+
+def _name_silent_members(files: Mapping[str, ProjectFile], results: Dict[str, FileResult], group: List[str]) -> None:
+    """A joined group refused at a statement of one file (main.py reading the trainer's
+    scaler from outside): every other file of the group that uses a scaler and is left
+    unchanged without a word of its own is named (RPM110), pointing at that refusal."""
+    blockers = [(p, d) for p in group for d in results[p].diagnostics if not d.is_info]
+    if not blockers:
+        return
+    blocker_path, blocker = blockers[0]
+    for path in group:
+        result = results[path]
+        if result.changed or any(not d.is_info for d in result.diagnostics):
+            continue
+        if not might_use_a_scaler(files[path].source):
+            continue
+        line = min((e.line for e in files[path].imports if e.target in group), default=1)
+        result.diagnostics.append(
+            Diagnostic(
+                path,
+                line,
+                1,
+                "RPM110",
+                f"left unchanged because {blocker_path}:{blocker.line} ({blocker.code}) is not migrated and "
+                "this file is analysed with it as one module",
+            )
+        )
 
 
 def _report_unjoined_builder(

@@ -177,3 +177,45 @@ def test_a_trainer_joined_with_its_hooks_says_its_builder_was_not_seen():
         "analysed as one module with hooks.py only (a file is analysed in one such group): what main.py "
         "builds from it or hands it is not followed; left unchanged"
     ]
+
+
+SEG_TRAINER = """import torch
+
+
+class SegTrainer:
+    def __init__(self):
+        self.network = torch.nn.Linear(3, 1)
+        self.optimizer = torch.optim.SGD(self.network.parameters(), lr=0.1)
+        self.grad_scaler = torch.amp.GradScaler("cpu")
+
+    def train_step(self, x):
+        self.optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = self.network(x).float().pow(2).mean()
+        self.grad_scaler.scale(loss).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+"""
+
+SEG_SCRIPT = """import torch
+
+from seg_trainer import SegTrainer
+
+
+def main(batches):
+    trainer = SegTrainer()
+    trainer.grad_scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    for x in batches:
+        trainer.train_step(x)
+"""
+
+
+def test_a_trainer_refused_for_its_script_is_not_left_silent():
+    """nnU-Net's layout: the script touches the trainer's scaler from outside and is refused;
+    the trainer's file, analysed with it, says why it is left unchanged too."""
+    results = migrate_project({"seg_trainer.py": SEG_TRAINER, "main.py": SEG_SCRIPT})
+    assert not any(result.changed for result in results.values())
+    blocker = next(d for d in results["main.py"].diagnostics if not d.is_info)
+    (named,) = results["seg_trainer.py"].diagnostics
+    assert named.code == "RPM110"
+    assert f"main.py:{blocker.line} ({blocker.code})" in named.message
