@@ -3,9 +3,9 @@
 The loop of OpenCLIP's ``train_one_epoch`` as forks that always train with AMP write it (no
 plain path, no accumulation, no temperature clamp). ``main.py`` builds a two-tower model
 whose forward returns a dict (image and text features, ``logit_scale.exp()``), AdamW over
-two groups made in three steps (``named_parameters = list(model.named_parameters())``, then
-gains/biases/``logit_scale`` and the rest filtered by an ``exclude`` lambda, then the group
-dicts) and a ``cosine_lr`` schedule: a closure, built with the optimizer, that writes every
+two groups made in four steps (``named_parameters = list(model.named_parameters())``, then
+gains/biases/``logit_scale`` and the rest filtered by an ``exclude`` lambda, then the list of
+group dicts) and a ``cosine_lr`` schedule: a closure, built with the optimizer, that writes every
 group's ``lr`` when called with the step number. ``train.py`` calls ``scheduler(step)`` at
 the top of every iteration, zeroes the gradients, runs the forward and the contrastive loss
 under ``get_autocast(args.precision)()`` (a ``functools.partial`` of autocast), unscales
@@ -97,12 +97,11 @@ def main():
     named_parameters = list(model.named_parameters())
     gain_or_bias_params = [p for n, p in named_parameters if exclude(n, p) and p.requires_grad]
     rest_params = [p for n, p in named_parameters if include(n, p) and p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        [{"params": gain_or_bias_params, "weight_decay": 0.0}, {"params": rest_params, "weight_decay": args.wd}],
-        lr=args.lr,
-        betas=(0.9, 0.98),
-        eps=1e-6,
-    )
+    param_groups = [
+        {"params": gain_or_bias_params, "weight_decay": 0.0},
+        {"params": rest_params, "weight_decay": args.wd},
+    ]
+    optimizer = torch.optim.AdamW(param_groups, lr=args.lr, betas=(0.9, 0.98), eps=1e-6)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
     total_steps = len(data) * args.epochs
     scheduler = cosine_lr(optimizer, args.lr, args.warmup, total_steps)
