@@ -13,7 +13,7 @@ time, every group option kept::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["helper_model", "plan_adopting_wrap"]
 
 
+#: how many assignments back the names an optimizer call is given are followed
+_GROUPING_DEPTH = 3
+
 _GROUPED = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters") | m.Name("named_parameters")))
 
 
@@ -45,11 +48,7 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     call = built.value
     if not isinstance(call, cst.Call):
         return None
-    names = [name for name, _ in _grouped_names(call)]
-    for arg in call.args:
-        if not arg.star and isinstance(arg.value, cst.Name):
-            earlier = _earlier_value(step, built, arg.value)
-            names += [name for name, _ in _grouped_names(earlier)] if earlier is not None else []
+    names = [name for name, _ in _grouped_names(call)] + _grouped_before(step, built, call)
     if isinstance(built.scope, InstanceFamily):  # `self.opt = create_optimizer(args, self.model)`
         names += _attributes_passed(step, call)
     found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
@@ -80,6 +79,36 @@ def _attributes_passed(step: "StepBuilder", call: cst.Call) -> List[str]:
     """The instance attributes (``self.model``) ``call`` passes as plain arguments."""
     passed = [step.rules.attributes.reference(a.value) for a in call.args if not a.star]
     return [reference for reference in passed if reference is not None and "." in reference]
+
+
+def _grouped_before(step: "StepBuilder", built: Binding, call: cst.Call) -> List[str]:
+    """What the names among ``call``'s arguments group, through the earlier assignments of
+    the same scope they were bound by, and theirs in turn (OpenCLIP: ``named = list(model.
+    named_parameters())``; ``decay = [p for n, p in named if ...]``; ``AdamW([{"params":
+    decay, ...}, ...])``)."""
+    found: List[str] = []
+    seen: Set[str] = set()
+    pending = [name for arg in call.args for name in _read_names(step, arg.value)]
+    for _ in range(_GROUPING_DEPTH):
+        values = []
+        for name in pending:
+            earlier = None if name.value in seen else _earlier_value(step, built, name)
+            seen.add(name.value)
+            if earlier is not None:
+                values.append(earlier)
+        found += [grouped for value in values for grouped, _ in _grouped_names(value)]
+        pending = [name for value in values for name in _read_names(step, value)]
+    return found
+
+
+def _read_names(step: "StepBuilder", node: cst.CSTNode) -> List[cst.Name]:
+    """The names ``node`` reads (not the attribute names of ``x.attr``)."""
+    facts = step.facts
+    return [
+        name
+        for name in facts.subtree(node, cst.Name)
+        if not (isinstance(parent := facts.parent(name), cst.Attribute) and parent.attr is name)
+    ]
 
 
 def _earlier_value(step: "StepBuilder", built: Binding, name: cst.Name) -> Optional[cst.BaseExpression]:

@@ -115,6 +115,8 @@ def optimizer_writes(
                 return True
             if any(dotted(arg.value) == optimizer for arg in call.args) and _called_name(call) not in trainers:
                 return True
+            if _calls_a_schedule(facts, call, line, optimizer, is_scheduler):
+                return True
         return False
 
     def visit(node: cst.CSTNode) -> bool:
@@ -131,6 +133,23 @@ def optimizer_writes(
 
     facts.walk(root, visit)
     return found
+
+
+def _calls_a_schedule(
+    facts: ModuleFacts,
+    call: cst.Call,
+    line: cst.CSTNode,
+    optimizer: str,
+    is_scheduler: Callable[[str, cst.CSTNode], bool],
+) -> bool:
+    """``call`` calls a name (not a function of this module) holding a schedule
+    (``scheduler(step)``): built by a call given ``optimizer`` (OpenCLIP's ``cosine_lr(
+    optimizer, ...)`` returns a closure writing every group's lr), or a scheduler by its
+    binding or its name."""
+    if not isinstance(call.func, cst.Name) or facts.local_function(call) is not None:
+        return False
+    callee = call.func.value
+    return _built_with(facts, callee, line, optimizer) or _reads_scheduler(is_scheduler, callee, line)
 
 
 def _called_name(call: cst.Call) -> str:

@@ -170,7 +170,10 @@ def _migrate_joined_classes(
         scaling_base = any(p in group[:-1] and name in _base_names(files[group[-1]]) for p, name in wrappers)
         handed = _handed_elsewhere(files, results, group)
         reached = not of_helpers and _reads_instances_of(files, results, group, exact)
-        if set(taken) & set(group) or not (blocked or scaling_base or handed or reached):
+        if set(taken) & set(group):
+            _report_unjoined_builder(results, taken, group)
+            continue
+        if not (blocked or scaling_base or handed or reached):
             continue
         joined = migrate_joined([(p, files[p].source) for p in group], exact, shared_names(files, group))
         if of_helpers and (joined is None or any(not d.is_info for r in joined.values() for d in r.diagnostics)):
@@ -194,26 +197,64 @@ def _migrate_joined_classes(
             result.migrated, result.rewrites = outcome.migrated, outcome.rewrites
             result.diagnostics, result.wrapped_models = outcome.diagnostics, outcome.wrapped_models
             result.handed_classes = outcome.handed_classes
-        if not (blocked or scaling_base or handed):  # joined for its reads only: a class migrating alone
-            _name_joined_blocker(results, group)
+        # joined for its reads only (its classes migrate alone): a refusal leaves the whole group unchanged
+        _name_silent_members(files, results, group, revert_changed=not (blocked or scaling_base or handed))
     return taken
 
 
-def _name_joined_blocker(results: Dict[str, FileResult], group: List[str]) -> None:
-    """A file of ``group`` that the joined analysis left unchanged without a word of its own,
-    while it refused another file of the group: RPM110 naming that blocker."""
-    blockers = [(path, d) for path in group for d in results[path].diagnostics if not d.is_info]
+def _name_silent_members(
+    files: Mapping[str, ProjectFile], results: Dict[str, FileResult], group: List[str], revert_changed: bool
+) -> None:
+    """A joined group refused at a statement of one file (main.py reading the trainer's
+    scaler from outside): every other file of the group that uses a scaler and is left
+    unchanged without a word of its own is named (RPM110), pointing at that refusal; with
+    ``revert_changed`` (the group was joined for its reads only, so its classes migrated
+    alone) a file the analysis changed is put back and named too."""
+    blockers = [(p, d) for p in group for d in results[p].diagnostics if not d.is_info]
     if not blockers:
         return
-    blocking_path, blocker = blockers[0]
+    blocker_path, blocker = blockers[0]
     for path in group:
-        if not any(not d.is_info for d in results[path].diagnostics):
-            _refuse(
-                results[path],
+        result = results[path]
+        if any(not d.is_info for d in result.diagnostics):
+            continue
+        if result.changed and not revert_changed:
+            continue
+        if not result.changed and not might_use_a_scaler(files[path].source):
+            continue
+        line = min((e.line for e in files[path].imports if e.target in group), default=1)
+        _refuse(
+            result,
+            line,
+            f"left unchanged because {blocker_path}:{blocker.line} ({blocker.code}) is not migrated and "
+            "this file is analysed with it as one module",
+        )
+
+
+def _report_unjoined_builder(
+    results: Dict[str, FileResult], taken: Mapping[str, FrozenSet[str]], group: List[str]
+) -> None:
+    """``group`` (its last file builds or derives from classes of the others) overlaps a
+    group already analysed as one module: a file is analysed in one group only. Where that
+    analysis refused an overlapping file, the refusal did not see ``group``'s last file (it
+    may say the class is built nowhere), so that file's refusal is completed with the real
+    reason (RPM110)."""
+    builder = group[-1]
+    for path in group[:-1]:
+        first = taken.get(path)
+        if first is None or builder in first or not any(not d.is_info for d in results[path].diagnostics):
+            continue
+        others = ", ".join(p for p in sorted(first) if p != path)
+        results[path].diagnostics.append(
+            Diagnostic(
+                path,
                 1,
-                f"left unchanged because {blocking_path}:{blocker.line} ({blocker.code}) is not migrated and this "
-                "file takes part in the same training program",
+                1,
+                "RPM110",
+                f"analysed as one module with {others} only (a file is analysed in one such group): "
+                f"what {builder} builds from it or hands it is not followed; left unchanged",
             )
+        )
 
 
 def _report_joined_blockers(
@@ -891,6 +932,8 @@ def _name_wrapper_users(
             used = [defined for _, defined in sorted(edge.names) if (edge.target, defined) in wrappers]
             if used:
                 line = wrappers[(edge.target, used[0])]
+                refused = [d for d in results[edge.target].diagnostics if not d.is_info]
+                why = f", refused at {refused[0].path}:{refused[0].line} ({refused[0].code})" if refused else ""
                 result.diagnostics.append(
                     Diagnostic(
                         path,
@@ -898,8 +941,8 @@ def _name_wrapper_users(
                         1,
                         "RPM111",
                         (
-                            f"uses the wrapper class {used[0]} ({edge.target}:{line}), which the "
-                            "migration does not rewrite; migrate its training step by hand"
+                            f"uses the class {used[0]} ({edge.target}:{line}), which scales a loss and calls "
+                            f"backward and is not migrated{why}; migrate its training step by hand"
                         ),
                     )
                 )

@@ -31,6 +31,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 
 from .attributes import InstanceAttributes, InstanceFamily
+from .class_method_calls import class_method_sites, described, own_class_method
 from .edits import drop_keeping_comments
 from .foreign_functions import ForeignFunctions
 from .handed_in import constructed_init
@@ -190,6 +191,12 @@ class TorchAmpRules:
         function = self.facts.enclosing(backward, (cst.FunctionDef,))
         if not isinstance(function, cst.FunctionDef) or self.facts.call_sites(function):
             return "e.g. a function nobody here calls"
+        sites = class_method_sites(self.facts, function)
+        if sites:  # `cls.train_one_epoch(scaler=scaler)`: called here, through its class
+            return (
+                f"{function.name.value}() is {described(self.facts, function)}, called as "
+                f"`{code(sites[0].func)}(...)`; a scaler is not followed into class or static methods"
+            )
         steps = [c for c in self.facts.subtree(function, cst.Call) if method_call(c, scaler, "step")]
         split = (
             ""
@@ -503,6 +510,14 @@ class TorchAmpRules:
         if function is None:
             if isinstance(call, cst.Call) and state_only_parameter(self.state_helpers, call, arg) is not None:
                 return  # a checkpoint helper of another file: the scaler's state dict is torch's
+            own = own_class_method(self.facts, call)
+            if own is not None:  # `cls.train_one_epoch(scaler=scaler)`
+                raise Blocked(
+                    arg,
+                    "RPM104",
+                    f"GradScaler passed to {own.name.value}(), {described(self.facts, own)}; a scaler "
+                    "is not followed into class or static methods; migrate this step by hand",
+                )
             raise Blocked(
                 arg,
                 "RPM104",

@@ -421,7 +421,7 @@ def test_a_trainer_class_without_an_optimizers_interface_is_a_split_step_not_a_w
     result = migrate_source(source, "amp_optimizer.py")
     assert [d.code for d in result.diagnostics] == ["RPM108"]
     assert "optimizer wrapper" not in result.diagnostics[0].message
-    assert "not built on `model.parameters()`" in result.diagnostics[0].message
+    assert "(handed self.params, lr, no `.parameters()` in the call)" in result.diagnostics[0].message
 
 
 def test_an_instance_used_outside_its_methods_is_refused_without_exact():

@@ -63,6 +63,12 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "seq2seq_finetune": [[], ["--no-fp16", "--no-freeze-encoder"]],
     "bert_pretrain_apex": [[], ["--no-fp16"]],
     "trainer_optimizer_factory": [[], ["sgd"], ["adamw", "fixed"]],
+    "openclip_accum_features": [[], ["--precision", "fp32"], ["--accum-freq", "1"]],
+    "yolox_trainer_hooks": [[], ["--no-fp16"]],
+    "nnunet_lifecycle": [[], ["--disable-amp"]],
+    "espnet_classmethod": [[], ["--no-use-amp"]],
+    "hf_no_trainer_resume": [[], ["--no-fp16", "--lr_scheduler_type", "cosine"]],
+    "fairseq_lazy_optimizer": [[], ["--no-amp"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {

@@ -142,6 +142,8 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
             _reject_parallel(step, model_outer, built)
             plan_adopting_wrap(step, built, model_outer)
             return model_outer, local
+    if not owners and not _groups_parameters(step, built.value):  # `self.exp.get_optimizer(bs)`
+        raise Blocked(built.value, "RPM108", _untraced_message(built.value))
     if len(owners) != 1:
         raise Blocked(
             built.value,
@@ -173,6 +175,25 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
     if guard is not None:
         plan_ddp_guard(step, built, guard)
     return model_outer, local_name_for(step, model_outer, built)
+
+
+def _untraced_message(call: cst.Call) -> str:
+    """Why the optimizer ``call`` builds is not traced to the model the step trains: what it
+    is handed, when that is a name or an attribute."""
+    handed = [code(a.value) for a in call.args if isinstance(a.value, (cst.Name, cst.Attribute))]
+    given = f"handed {', '.join(handed)}" if handed else "handed no model"
+    return (
+        f"the optimizer is built by `{code(call.func)}(...)` ({given}, no `.parameters()` in the call): "
+        "the migration cannot trace its parameters to a model the step calls in its forward"
+    )
+
+
+def _groups_parameters(step: "StepBuilder", value: cst.Call) -> bool:
+    """``value`` calls ``.parameters()`` or ``.named_parameters()`` of something."""
+    return any(
+        calls_method(call, "parameters") or calls_method(call, "named_parameters")
+        for call in step.facts.subtree(value, cst.Call)
+    )
 
 
 def _refuse_source_read_after_wrap(step: "StepBuilder", built: Binding, model: str, sources: Set[str]) -> None:
