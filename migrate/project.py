@@ -30,6 +30,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
+from .amp_helper_class import amp_helper_roles
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
 from .foreign_functions import ast_dotted, foreign_functions
@@ -687,7 +688,7 @@ def wrapper_contexts(
         for key in (_wrapper_classes(files) if found is None else found)
         if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
         or is_optimizer_like(_class(files[key[0]], key[1]))
-    }
+    } | set(_amp_helpers(files))
     libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
     if not wrappers and not any(libraries.values()):
         return {}
@@ -696,6 +697,7 @@ def wrapper_contexts(
     instance_params: Dict[str, Set[Tuple[str, str]]] = {}
     optimizer_like: Dict[str, Set[str]] = {}
     optimizer_params: Dict[str, Set[Tuple[str, str]]] = {}
+    helper_roles: Dict[str, Set[Tuple[str, str, str]]] = {}
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -706,6 +708,11 @@ def wrapper_contexts(
         if bound:
             classes[path] = set(bound)
             optimizer_like[path] = {b for b, (t, d) in bound.items() if is_optimizer_like(_class(files[t], d))}
+            helper_roles[path] = {
+                (b, method, role)
+                for b, (t, d) in bound.items()
+                for method, role in (amp_helper_roles(_class(files[t], d)) or {}).items()
+            }
         built_from = _instances(project_file.tree, set(bound) | library)
         instances = set(built_from)
         optimizer_instances = {n for n, c in built_from.items() if c in optimizer_like.get(path, ())}
@@ -730,8 +737,21 @@ def wrapper_contexts(
             instance_params=frozenset(instance_params.get(path, ())),
             optimizer_like=frozenset(optimizer_like.get(path, ())),
             optimizer_params=frozenset(optimizer_params.get(path, ())),
+            helper_roles=frozenset(helper_roles.get(path, ())),
         )
         for path in sorted(paths)
+    }
+
+
+def _amp_helpers(files: Mapping[str, ProjectFile]) -> Set[Tuple[str, str]]:
+    """(file, class name) of the AMP helper classes (:func:`~migrate.amp_helper_class.amp_helper_roles`)
+    of files that build a GradScaler."""
+    return {
+        (path, node.name)
+        for path, project_file in files.items()
+        if project_file.tree is not None and "GradScaler" in project_file.source
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.ClassDef) and amp_helper_roles(node) is not None
     }
 
 
