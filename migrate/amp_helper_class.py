@@ -99,7 +99,7 @@ def amp_helper_roles(node: ast.ClassDef) -> Optional[Dict[str, str]]:
     which method does what."""
     methods = [n for n in node.body if isinstance(n, ast.FunctionDef)]
     names = {n.name for n in methods}
-    if "__call__" in names or OPTIMIZER_INTERFACE <= names:
+    if "__call__" in names or OPTIMIZER_INTERFACE <= names or not any(_ast_steps_its_argument(f) for f in methods):
         return None
     roles: Dict[str, str] = {}
     for method in methods:
@@ -119,7 +119,22 @@ def amp_helper_roles(node: ast.ClassDef) -> Optional[Dict[str, str]]:
         elif "scale" in called:
             backward = any(isinstance(c, ast.Attribute) and c.attr == "backward" for c in ast.walk(method))
             roles[method.name] = "backward" if backward else "scale"
-    return roles if "step" in roles.values() else None
+    return roles
+
+
+def _ast_steps_its_argument(method: ast.FunctionDef) -> bool:
+    """:func:`_steps_its_argument` of a method as :mod:`ast` parses it (any scaler attribute)."""
+    params = [a.arg for a in method.args.args]
+    return len(params) == 2 and any(
+        isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr == "step"
+        and isinstance(c.func.value, ast.Attribute)
+        and isinstance(c.func.value.value, ast.Name)
+        and c.func.value.value.id == "self"
+        and [ast.unparse(a) for a in c.args] == [params[1]]
+        for c in ast.walk(method)
+    )
 
 
 # ---------------------------------------------------------------------- recognition
@@ -132,7 +147,7 @@ def recognise_amp_helper(wrappers: "ScalerWrappers", node: cst.ClassDef) -> Opti
     if "__call__" in methods:
         return None
     stored = _stored_scalers(wrappers, node)
-    if not stored:
+    if not stored or not any(_steps_its_argument(f, a) for f in methods.values() for a, _ in stored):
         return None
     for call in wrappers.facts.backward_calls:
         if wrappers.facts.within(call, node):
@@ -141,6 +156,14 @@ def recognise_amp_helper(wrappers: "ScalerWrappers", node: cst.ClassDef) -> Opti
         return None
     wrappers.claimed.update(c for _, c in stored)
     return _Recogniser(wrappers, node, methods, stored).run()
+
+
+def _steps_its_argument(method: cst.FunctionDef, scaler: str) -> bool:
+    """``method(self, optimizer)`` calls ``self.<scaler>.step(optimizer)``: what makes a class
+    holding a scaler an AMP helper rather than a trainer stepping its own optimizer (or one
+    handed to a training method with the batch)."""
+    params = [p.name.value for p in method.params.params]
+    return len(params) == 2 and bool(m.findall(method, _scaler_call(scaler, "step", params[1])))
 
 
 def _stored_scalers(wrappers: "ScalerWrappers", node: cst.ClassDef) -> List[Tuple[str, cst.Call]]:
@@ -225,8 +248,6 @@ class _Recogniser:
         roles = {
             name: self._role(method, scaler, settings) for name, method in self.methods.items() if method is not init
         }
-        if "step" not in roles.values():
-            raise self.refuse(self.node, f"no method steps through self.{scaler}.step(optimizer)")
         return AmpHelperClass(self.node, scaler, (self.stored[0][1],), init, roles)
 
     def _settings(self, init: cst.FunctionDef) -> Set[str]:
@@ -269,10 +290,18 @@ class _Recogniser:
         uses = _scaler_attributes(method, scaler)
         if own and not self._touches_gradients(method) and all(self._state_call(u) for u in uses):
             return "state" if uses else "plain"
+        extra = next((s for s in body if not _is_scaler_line(s, scaler)), None)
+        what = (
+            f"`{code(extra).strip()}` beside its scaler calls"
+            if extra is not None
+            else "an unsupported mix of scaler calls"
+        )
+        if extra is not None and self._harmless_log(extra, scaler, settings):
+            what = f"`{code(extra).strip()}`, a log that would run on the optimizer thread"
         raise self.refuse(
-            method,
-            f"{name}() does more than one scaler call of a role the migration keeps (scale/backward, unscale_, "
-            "step and update, the scaler's state), or logs what it cannot prove harmless",
+            extra or method,
+            f"{name}() does {what} (a method may do one role: scale/backward, unscale_, step and update, "
+            "the scaler's state)",
         )
 
     def _self_uses_only_scaler(self, method: cst.FunctionDef, scaler: str, settings: Set[str]) -> bool:
@@ -368,6 +397,7 @@ def plan_helper_users(wrappers: "ScalerWrappers", helpers: Mapping[str, Mapping[
             scope = facts.scope(function.body.body[0]) if fed and function.body.body else None
             if scope is not None:
                 instances.append((scope, param.name.value, merged))
+    calls: List[Tuple[cst.Call, str, Mapping[str, str]]] = []  # method call, instance, roles
     seen: Set[Tuple[int, str]] = set()
     while instances:
         scope, name, roles = instances.pop()
@@ -393,7 +423,10 @@ def plan_helper_users(wrappers: "ScalerWrappers", helpers: Mapping[str, Mapping[
                     "RPM111",
                     f"`{code(parent or access)}` uses the AMP helper other than by calling its methods; not migrated",
                 )
-            _plan_method_call(wrappers, called, name, roles.get(parent.attr.value), roles)
+            calls.append((called, name, roles))
+    for call, name, roles in sorted(calls, key=lambda c: facts.order(c[0])):
+        method = cst.ensure_type(call.func, cst.Attribute).attr.value
+        _plan_method_call(wrappers, call, name, roles.get(method), roles)
 
 
 def _plan_handed_scalers(wrappers: "ScalerWrappers", construction: cst.Call) -> None:
@@ -553,6 +586,17 @@ def _scaler_call(scaler: str, method: str, argument: Optional[str]) -> m.Call:
         func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler)), attr=m.Name(method)),
         args=[m.Arg(value=m.Name(argument), keyword=None)] if argument is not None else [],
     )
+
+
+def _is_scaler_line(statement: cst.BaseStatement, scaler: str) -> bool:
+    """``self.<scaler>.<method>(...)`` or ``return self.<scaler>.<method>(...)`` (perhaps
+    ``.backward()`` of it), alone on its line."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return False
+    small = statement.body[0]
+    value = small.value if isinstance(small, (cst.Return, cst.Expr)) else None
+    on_scaler = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler))))
+    return value is not None and m.matches(value, on_scaler | m.Call(func=m.Attribute(value=on_scaler)))
 
 
 def _matches_each(statements: List[cst.BaseStatement], patterns: List[m.BaseMatcherNode]) -> bool:
