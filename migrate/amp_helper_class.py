@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Set, Tuple, Union, cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -490,19 +490,32 @@ def _plan_clipping_between(
     optimizer: str,
     roles: Mapping[str, str],
 ) -> None:
-    """``helper.unscale(opt)`` ... ``helper.<step>(opt)``: between them (same block), clipping of
-    ``model.parameters()`` clips the optimizer copies, which hold the unscaled gradients."""
+    """``helper.unscale(opt)`` ... ``helper.<step>(opt)``: between them, clipping of
+    ``model.parameters()`` clips the optimizer copies, which hold the unscaled gradients. The
+    step follows the unscale in its block, or in a block around the ``if`` holding it (an
+    unscale and clipping under a clipping flag, the step after them)."""
     facts, plan = wrappers.facts, wrappers.plan
-    body = list(block.body)
-    index = body.index(unscale)
-    step = next((i for i in range(index + 1, len(body)) if _is_step_of(body[i], instance, optimizer, roles)), None)
-    if step is None:
-        raise Blocked(
-            unscale,
-            "RPM111",
-            f"`{code(unscale).strip()}` is not followed in its block by the helper's step of {optimizer}; not migrated",
-        )
-    for statement in body[index + 1 : step]:
+    between: List[cst.BaseStatement] = []
+    current: cst.BaseStatement = unscale
+    step = None
+    while step is None:
+        body = list(block.body)
+        index = body.index(current)
+        step = next((i for i in range(index + 1, len(body)) if _is_step_of(body[i], instance, optimizer, roles)), None)
+        between += body[index + 1 : step]
+        owner = facts.parent(block)
+        owner = facts.parent(owner) if isinstance(owner, cst.Else) else owner
+        outer = facts.parent(owner) if isinstance(owner, cst.If) else None
+        if step is None and not isinstance(outer, (cst.IndentedBlock, cst.Module)):
+            raise Blocked(
+                unscale,
+                "RPM111",
+                f"`{code(unscale).strip()}` is not followed by the helper's step of {optimizer} in its block "
+                "or in one around its `if`; not migrated",
+            )
+        if step is None:
+            current, block = cast(cst.If, owner), cast(Union[cst.IndentedBlock, cst.Module], outer)
+    for statement in between:
         clipped = set()
         for call in facts.subtree(statement, cst.Call):
             name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)

@@ -3,7 +3,8 @@
 ``MixedPrecision`` builds its GradScaler inline (``scaler if scaler is not None else
 GradScaler(...)``) and exposes ``backward``, ``unscale``, ``step`` and ``update`` as separate
 methods, plus the scaler's state; ``describe`` logs the scale. The loop accumulates two
-micro-batches per update, clips by value between ``unscale`` and ``step``, and resumes from a
+micro-batches per update, clips by value between ``unscale`` and ``step`` under a clipping
+flag (``--clip 0``: no unscale, the step unscales), and resumes from a
 checkpoint holding the helper's state. Hard: the step, the update and the zeroing are three
 separate calls, and the gradients of two backwards meet in one step.
 """
@@ -47,15 +48,16 @@ class MixedPrecision:
         self.scaler.load_state_dict(state_dict)
 
 
-def train(model, optimizer, amp, batches, accum):
+def train(model, optimizer, amp, batches, accum, clip):
     optimizer.zero_grad()
     for i, (x, y) in enumerate(batches):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = F.mse_loss(model(x).float(), y) / accum
         amp.backward(loss)
         if (i + 1) % accum == 0:
-            amp.unscale(optimizer)
-            torch.nn.utils.clip_grad_value_(model.parameters(), 0.05)
+            if clip > 0:
+                amp.unscale(optimizer)
+                torch.nn.utils.clip_grad_value_(model.parameters(), clip)
             amp.step(optimizer)
             amp.update()
             optimizer.zero_grad()
@@ -65,6 +67,7 @@ def train(model, optimizer, amp, batches, accum):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--accum", type=int, default=2)
+    parser.add_argument("--clip", type=float, default=0.05)
     args = parser.parse_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(3)
@@ -72,10 +75,10 @@ def main():
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     amp = MixedPrecision(enabled=True)
-    train(model, optimizer, amp, batches, args.accum)
+    train(model, optimizer, amp, batches, args.accum, args.clip)
     checkpoint = {"amp": amp.state_dict(), "optimizer": optimizer.state_dict()}
     amp.load_state_dict(checkpoint["amp"])
-    train(model, optimizer, amp, batches[:4], args.accum)
+    train(model, optimizer, amp, batches[:4], args.accum, args.clip)
     print(f"final scale {amp.state_dict()['scale']!r}")
 
 
