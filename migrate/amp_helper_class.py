@@ -125,7 +125,7 @@ def amp_helper_roles(node: ast.ClassDef) -> Optional[Dict[str, str]]:
 def _ast_steps_its_argument(method: ast.FunctionDef) -> bool:
     """:func:`_steps_its_argument` of a method as :mod:`ast` parses it (any scaler attribute)."""
     params = [a.arg for a in method.args.args]
-    return len(params) == 2 and any(
+    steps = len(params) >= 2 and any(
         isinstance(c, ast.Call)
         and isinstance(c.func, ast.Attribute)
         and c.func.attr == "step"
@@ -135,6 +135,8 @@ def _ast_steps_its_argument(method: ast.FunctionDef) -> bool:
         and [ast.unparse(a) for a in c.args] == [params[1]]
         for c in ast.walk(method)
     )
+    scales = any(isinstance(a, ast.Attribute) and a.attr in ("backward", "scale") for a in ast.walk(method))
+    return steps and (len(params) == 2 or not scales)
 
 
 # ---------------------------------------------------------------------- recognition
@@ -159,11 +161,14 @@ def recognise_amp_helper(wrappers: "ScalerWrappers", node: cst.ClassDef) -> Opti
 
 
 def _steps_its_argument(method: cst.FunctionDef, scaler: str) -> bool:
-    """``method(self, optimizer)`` calls ``self.<scaler>.step(optimizer)``: what makes a class
+    """``method(self, optimizer, ...)`` calls ``self.<scaler>.step(optimizer)``, and with more
+    parameters than the optimizer neither scales nor backpropagates: what makes a class
     holding a scaler an AMP helper rather than a trainer stepping its own optimizer (or one
     handed to a training method with the batch)."""
     params = [p.name.value for p in method.params.params]
-    return len(params) == 2 and bool(m.findall(method, _scaler_call(scaler, "step", params[1])))
+    if len(params) < 2 or not m.findall(method, _scaler_call(scaler, "step", params[1])):
+        return False
+    return len(params) == 2 or not m.findall(method, m.Attribute(attr=m.Name("backward") | m.Name("scale")))
 
 
 def _stored_scalers(wrappers: "ScalerWrappers", node: cst.ClassDef) -> List[Tuple[str, cst.Call]]:
@@ -287,6 +292,14 @@ class _Recogniser:
                 return "backward"
         if own and params == ["self"] and _matches_each(kept, [_scaler_call(scaler, "update", None)]):
             return "update"
+        if (
+            own
+            and body == kept
+            and not method.decorators
+            and len(params) > 2
+            and self._clipping_step(method, body, scaler)
+        ):
+            return "step"
         uses = _scaler_attributes(method, scaler)
         if own and not self._touches_gradients(method) and all(self._state_call(u) for u in uses):
             return "state" if uses else "plain"
@@ -303,6 +316,28 @@ class _Recogniser:
             f"{name}() does {what} (a method may do one role: scale/backward, unscale_, step and update, "
             "the scaler's state)",
         )
+
+    def _clipping_step(self, method: cst.FunctionDef, body: List[cst.BaseStatement], scaler: str) -> bool:
+        """``step(self, optimizer, clip_grad=None, parameters=None)``: ``self.<scaler>.step(optimizer)``
+        once at the top level, before it (perhaps under ``if``s on the parameters) only
+        ``unscale_`` of the optimizer, clipping and assertions, perhaps a trailing ``update()``;
+        no returns. The whole body but the update runs in the step function."""
+        optimizer = method.params.params[1].name.value
+        update = _scaler_call(scaler, "update", None)
+        moved = body[:-1] if body and _matches_each(body[-1:], [update]) else body
+        step = _scaler_call(scaler, "step", optimizer)
+        if sum(_matches_each([s], [step]) for s in moved) != 1 or not _matches_each(moved[-1:], [step]):
+            return False
+        allowed = step | _scaler_call(scaler, "unscale_", optimizer)
+        for statement in moved:
+            if m.findall(statement, m.Return() | m.Yield() | m.Nonlocal() | m.Global() | m.Await() | m.Lambda()):
+                return False
+            for call in self.facts.subtree(statement, cst.Call):
+                if not (m.matches(call, allowed) or _clipping_name(call) in _CLIPPING):
+                    return False
+            if not all(isinstance(s, cst.If) for s in self.facts.subtree(statement, cst.BaseCompoundStatement)):
+                return False
+        return True
 
     def _self_uses_only_scaler(self, method: cst.FunctionDef, scaler: str, settings: Set[str]) -> bool:
         """Every ``self`` in ``method`` is ``self.<scaler>.<call>`` or a read of a setting."""
@@ -360,13 +395,9 @@ def plan_amp_helper(wrappers: "ScalerWrappers", helper: AmpHelperClass) -> None:
     for name, role in helper.roles.items():
         if role not in ("unscale", "step"):
             continue
-        method = methods[name]
-        body = statements_of(method.body)
-        first = 1 if _is_docstring(body[0]) else 0
-        updates = role == "step" and len(body) - first == 2
         step_fn = plan.fresh("_step_fn")
         waits = rules.exact or role == "unscale"
-        plan_gradient_method(wrappers, GradientMethod(method, first, updates, None, []), model, step_fn, waits)
+        plan_gradient_method(wrappers, _gradient_method(methods[name], helper.scaler), model, step_fn, waits)
         steps.append(f"{name}() -> self.{model}.step({step_fn}{', is_async=False' if waits else ''})")
     plan.rewrites.append(
         (
@@ -375,6 +406,21 @@ def plan_amp_helper(wrappers: "ScalerWrappers", helper: AmpHelperClass) -> None:
             f"scale and backward kept, {'; '.join(steps)} (unscale waited for: callers clip the unscaled gradients)",
         )
     )
+
+
+def _gradient_method(method: cst.FunctionDef, scaler: str) -> GradientMethod:
+    """The unscale or step ``method`` as a body that becomes a step function (a trailing
+    ``update()`` stays after it; the parameters the body rebinds are its ``nonlocal`` names)."""
+    body = statements_of(method.body)
+    first = 1 if _is_docstring(body[0]) else 0
+    updates = _matches_each(body[-1:], [_scaler_call(scaler, "update", None)])
+    params = {p.name.value for p in method.params.params}
+    rebound = {
+        cst.ensure_type(n, cst.Name).value
+        for target in m.findall(method, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+        for n in m.findall(target.target, m.Name())  # type: ignore[attr-defined]
+    }
+    return GradientMethod(method, first, updates, None, sorted(params & rebound))
 
 
 # ---------------------------------------------------------------------- emit: users
@@ -450,7 +496,7 @@ def _plan_method_call(
         return
     if role not in ("unscale", "step"):
         return
-    optimizer = call.args[0].value if len(call.args) == 1 and call.args[0].keyword is None else None
+    optimizer = call.args[0].value if call.args and call.args[0].keyword is None else None
     block = facts.parent(statement)
     if (
         not isinstance(optimizer, cst.Name)
@@ -462,10 +508,12 @@ def _plan_method_call(
             "RPM111",
             f"`{code(call)}` must be a statement of its own, given the optimizer by name; not migrated",
         )
+    if role == "unscale" and len(call.args) > 1 or any(a.star for a in call.args):
+        raise Blocked(call, "RPM111", f"`{code(call)}` is given more than the optimizer by name; not migrated")
     if role == "unscale":
         _plan_clipping_between(wrappers, block, statement, instance, optimizer.value, roles)
         return
-    model = _stepped_model(wrappers, block, statement, optimizer.value)
+    model = _parameters_on_copies(wrappers, call) or _stepped_model(wrappers, block, statement, optimizer.value)
     root = facts.enclosing(statement, (cst.FunctionDef,)) or facts.module
     plan_model_zeroing(plan, facts, root, optimizer.value, model, {statement}, False)
     check_gradient_reads_after_call(facts, plan, call)
@@ -480,6 +528,26 @@ def _plan_method_call(
             f"`{code(call)}` steps asynchronously, and the model whose step must be waited for before the "
             f"writes of {optimizer.value}'s state here has no name in this function; not migrated",
         )
+
+
+def _parameters_on_copies(wrappers: "ScalerWrappers", call: cst.Call) -> Optional[str]:
+    """The step call's other arguments (a step method that clips): ``model.parameters()``
+    becomes the copies (``model.optim_parameters()``), and names the model; any other read
+    of a model's parameters there is refused."""
+    model = None
+    for arg in call.args[1:]:
+        if m.matches(arg.value, PARAMETERS_CALL):
+            parameters = cst.ensure_type(arg.value, cst.Call)
+            _clip_copies(wrappers, parameters)
+            model = cst.ensure_type(cst.ensure_type(parameters.func, cst.Attribute).value, cst.Name).value
+        elif m.findall(arg.value, m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters") | m.Name("grad"))):
+            raise Blocked(
+                arg.value,
+                "RPM111",
+                f"the AMP helper's step is given `{code(arg.value)}`; only `model.parameters()` of the RoundPipe "
+                "model can be mapped to its optimizer copies; not migrated",
+            )
+    return model
 
 
 def _plan_clipping_between(
@@ -518,8 +586,7 @@ def _plan_clipping_between(
     for statement in between:
         clipped = set()
         for call in facts.subtree(statement, cst.Call):
-            name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
-            if name in _CLIPPING and call.args and m.matches(call.args[0].value, PARAMETERS_CALL):
+            if _clipping_name(call) in _CLIPPING and call.args and m.matches(call.args[0].value, PARAMETERS_CALL):
                 clipped.add(call.args[0].value)
         for read in facts.subtree(statement, cst.Call):
             if m.matches(read, PARAMETERS_CALL | m.Call(func=m.Attribute(attr=m.Name("named_parameters")))):
@@ -561,7 +628,7 @@ def _is_step_of(statement: cst.CSTNode, instance: str, optimizer: str, roles: Ma
         isinstance(value, cst.Call)
         and m.matches(value.func, m.Attribute(value=m.Name(instance), attr=m.Name()))
         and roles.get(cst.ensure_type(value.func, cst.Attribute).attr.value) == "step"
-        and len(value.args) == 1
+        and bool(value.args)
         and m.matches(value.args[0], m.Arg(value=m.Name(optimizer), keyword=None))
     )
 
@@ -599,6 +666,12 @@ def _scaler_call(scaler: str, method: str, argument: Optional[str]) -> m.Call:
         func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler)), attr=m.Name(method)),
         args=[m.Arg(value=m.Name(argument), keyword=None)] if argument is not None else [],
     )
+
+
+def _clipping_name(call: cst.Call) -> Optional[str]:
+    """The called function's last name (``clip_grad_norm_`` of ``torch.nn.utils.clip_grad_norm_``)."""
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
 
 
 def _is_scaler_line(statement: cst.BaseStatement, scaler: str) -> bool:

@@ -72,6 +72,32 @@ def fit(model, batches):
         optimizer.zero_grad()
 """
 
+_CLIPPING_STEP = """import torch
+
+
+class GradScalerWrapper:
+    def __init__(self):
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def scale(self, loss):
+        return self.scaler.scale(loss)
+
+    def step(self, optimizer, clip_grad=None, parameters=None):
+        if clip_grad is not None:
+            self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, clip_grad)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapper = GradScalerWrapper()
+    for x, y in loader:
+        wrapper.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+        wrapper.step(optimizer, clip_grad=1.0, parameters=model.parameters())
+"""
+
 _ALREADY_MIGRATED = """import roundpipe
 import torch
 
@@ -111,16 +137,16 @@ RULE = Rule(
     implemented_in=("amp_helper_class.py", "scaler_wrapper.py", "project.py"),
     patterns=(
         Pattern(
-            "a class without `__call__` storing one GradScaler in `__init__` (`self.scaler = GradScaler(...)`, or handed in: `scaler or GradScaler(...)`, `scaler if scaler is not None else GradScaler(...)`) whose methods each do one thing: `return self.scaler.scale(loss)`, `self.scaler.scale(loss).backward()`, `self.scaler.unscale_(optimizer)`, `self.scaler.step(optimizer)` (perhaps then `self.scaler.update()`), `self.scaler.update()`, the scaler's state methods",
-            "the class keeps its interface: `__init__` takes the RoundPipe model as a keyword-only `model`, the scaler becomes `roundpipe.GradScaler`; the scale and backward methods stay on the main thread as written (autograd form); the unscale method runs `unscale_` in `self._model.step(_step_fn, is_async=False)` (always waited for: callers clip the unscaled gradients on the main thread), the step method runs `step` in `self._model.step(...)` (waited for with `--exact`) and keeps `update()` after it; logging that reads only its arguments and the scale is kept in methods that stay on the main thread; any other statement in a method, two scalers, a base class: refused (RPM111)",
-            "一个没有 `__call__` 的类，在 `__init__` 中保存一个 GradScaler（`self.scaler = GradScaler(...)`，或由外部传入：`scaler or GradScaler(...)`、`scaler if scaler is not None else GradScaler(...)`），其每个方法只做一件事：`return self.scaler.scale(loss)`、`self.scaler.scale(loss).backward()`、`self.scaler.unscale_(optimizer)`、`self.scaler.step(optimizer)`（其后可有 `self.scaler.update()`）、`self.scaler.update()`、缩放器的状态方法",
-            "该类保持接口不变：`__init__` 以仅限关键字的参数 `model` 接收 RoundPipe 模型，缩放器改为 `roundpipe.GradScaler`；缩放与反向方法按原样留在主线程上（autograd 形式）；unscale 方法在 `self._model.step(_step_fn, is_async=False)` 中执行 `unscale_`（总是等待：调用方在主线程上裁剪未缩放的梯度），step 方法在 `self._model.step(...)` 中执行 `step`（使用 `--exact` 时等待），其后保留 `update()`；只读取其参数和缩放值的日志语句在留在主线程的方法中保留；方法中的其他任何语句、两个缩放器、带基类的类：拒绝迁移（RPM111）",
+            "a class without `__call__` storing one GradScaler in `__init__` (`self.scaler = GradScaler(...)`, or handed in: `scaler or GradScaler(...)`, `scaler if scaler is not None else GradScaler(...)`) whose methods each do one thing: `return self.scaler.scale(loss)`, `self.scaler.scale(loss).backward()`, `self.scaler.unscale_(optimizer)`, `self.scaler.step(optimizer)` (perhaps then `self.scaler.update()`), `self.scaler.update()`, the scaler's state methods; a step method may also take the clipping arguments (`step(optimizer, clip_grad=None, parameters=None)`: `unscale_` and clipping under `if`s, then `step`, perhaps `update()`)",
+            "the class keeps its interface: `__init__` takes the RoundPipe model as a keyword-only `model`, the scaler becomes `roundpipe.GradScaler`; the scale and backward methods stay on the main thread as written (autograd form); the unscale method runs `unscale_` in `self._model.step(_step_fn, is_async=False)` (always waited for: callers clip the unscaled gradients on the main thread), the step method runs `step` (with its unscaling and clipping) in `self._model.step(...)` (waited for with `--exact`) and keeps `update()` after it; logging that reads only its arguments and the scale is kept in methods that stay on the main thread; any other statement in a method, two scalers, a base class: refused (RPM111)",
+            "一个没有 `__call__` 的类，在 `__init__` 中保存一个 GradScaler（`self.scaler = GradScaler(...)`，或由外部传入：`scaler or GradScaler(...)`、`scaler if scaler is not None else GradScaler(...)`），其每个方法只做一件事：`return self.scaler.scale(loss)`、`self.scaler.scale(loss).backward()`、`self.scaler.unscale_(optimizer)`、`self.scaler.step(optimizer)`（其后可有 `self.scaler.update()`）、`self.scaler.update()`、缩放器的状态方法；step 方法也可接收裁剪参数（`step(optimizer, clip_grad=None, parameters=None)`：在 `if` 下执行 `unscale_` 与裁剪，然后 `step`，其后可有 `update()`）",
+            "该类保持接口不变：`__init__` 以仅限关键字的参数 `model` 接收 RoundPipe 模型，缩放器改为 `roundpipe.GradScaler`；缩放与反向方法按原样留在主线程上（autograd 形式）；unscale 方法在 `self._model.step(_step_fn, is_async=False)` 中执行 `unscale_`（总是等待：调用方在主线程上裁剪未缩放的梯度），step 方法在 `self._model.step(...)` 中执行 `step`（连同其中的 unscale 与裁剪；使用 `--exact` 时等待），其后保留 `update()`；只读取其参数和缩放值的日志语句在留在主线程的方法中保留；方法中的其他任何语句、两个缩放器、带基类的类：拒绝迁移（RPM111）",
         ),
         Pattern(
-            "where it is built and called, in any given file: `amp = AMPScaler(scaler=GradScaler(...))` or `AMPScaler()`; `amp.scale_loss(loss).backward()` / `amp.backward(loss)`; `amp.unscale(optimizer)`, clipping of `model.parameters()`, `amp.optimizer_step(optimizer)`; `optimizer.zero_grad()`",
-            "the model is wrapped before its optimizer, which takes `model.optim_parameters()`; the construction gets `model=model` and a GradScaler built in its arguments becomes `roundpipe.GradScaler`; between `amp.unscale(optimizer)` and the helper's step in the same block, clipping takes `model.optim_parameters()` (anything else reading the model's parameters or `.grad` there is refused, RPM111); `model.zero_grad()` follows `optimizer.zero_grad()`; in the asynchronous form a main-thread write of the optimizer's state in the caller waits for the step (`model.synchronize()` after the step call); an instance used other than by calling its methods, or an unscale call with no step after it in its block: refused (RPM111)",
-            "在任意给定文件中构造与调用它的地方：`amp = AMPScaler(scaler=GradScaler(...))` 或 `AMPScaler()`；`amp.scale_loss(loss).backward()` / `amp.backward(loss)`；`amp.unscale(optimizer)`、对 `model.parameters()` 的裁剪、`amp.optimizer_step(optimizer)`；`optimizer.zero_grad()`",
-            "模型在其优化器之前被包装，优化器改用 `model.optim_parameters()`；构造调用加上 `model=model`，在其参数中构造的 GradScaler 改为 `roundpipe.GradScaler`；同一代码块中 `amp.unscale(optimizer)` 与其后该类的 step 调用之间，裁剪改用 `model.optim_parameters()`（在此读取模型参数或 `.grad` 的其他代码拒绝迁移，RPM111）；`optimizer.zero_grad()` 之后加上 `model.zero_grad()`；异步形式下，调用方在主线程上写优化器状态时先等待该步骤（在 step 调用之后插入 `model.synchronize()`）；除调用其方法之外以其他方式使用实例、或 unscale 调用之后同一代码块中没有 step 调用：拒绝迁移（RPM111）",
+            "where it is built and called, in any given file: `amp = AMPScaler(scaler=GradScaler(...))` or `AMPScaler()`; `amp.scale_loss(loss).backward()` / `amp.backward(loss)`; `amp.unscale(optimizer)`, clipping of `model.parameters()`, `amp.optimizer_step(optimizer)` (or `amp.step(optimizer, clip_grad=c, parameters=model.parameters())`); `optimizer.zero_grad()`",
+            "the model is wrapped before its optimizer, which takes `model.optim_parameters()`, and so does a step call's `parameters` argument (any other reading of a model's parameters given to it is refused); the construction gets `model=model` and a GradScaler built in its arguments becomes `roundpipe.GradScaler`; between `amp.unscale(optimizer)` and the helper's step in the same block, clipping takes `model.optim_parameters()` (anything else reading the model's parameters or `.grad` there is refused, RPM111); `model.zero_grad()` follows `optimizer.zero_grad()`; in the asynchronous form a main-thread write of the optimizer's state in the caller waits for the step (`model.synchronize()` after the step call); an instance used other than by calling its methods, or an unscale call with no step after it in its block: refused (RPM111)",
+            "在任意给定文件中构造与调用它的地方：`amp = AMPScaler(scaler=GradScaler(...))` 或 `AMPScaler()`；`amp.scale_loss(loss).backward()` / `amp.backward(loss)`；`amp.unscale(optimizer)`、对 `model.parameters()` 的裁剪、`amp.optimizer_step(optimizer)`（或 `amp.step(optimizer, clip_grad=c, parameters=model.parameters())`）；`optimizer.zero_grad()`",
+            "模型在其优化器之前被包装，优化器改用 `model.optim_parameters()`，step 调用的 `parameters` 参数也如此（传给它的其他模型参数读取拒绝迁移）；构造调用加上 `model=model`，在其参数中构造的 GradScaler 改为 `roundpipe.GradScaler`；同一代码块中 `amp.unscale(optimizer)` 与其后该类的 step 调用之间，裁剪改用 `model.optim_parameters()`（在此读取模型参数或 `.grad` 的其他代码拒绝迁移，RPM111）；`optimizer.zero_grad()` 之后加上 `model.zero_grad()`；异步形式下，调用方在主线程上写优化器状态时先等待该步骤（在 step 调用之后插入 `model.synchronize()`）；除调用其方法之外以其他方式使用实例、或 unscale 调用之后同一代码块中没有 step 调用：拒绝迁移（RPM111）",
         ),
     ),
     examples=(
@@ -153,7 +179,21 @@ RULE = Rule(
                 "        amp.step(optimizer)\n        model.synchronize()\n        amp.update()\n",
             ),
         ),
+        Example(
+            _CLIPPING_STEP,
+            expect=(
+                "    def step(self, optimizer, clip_grad=None, parameters=None):\n        def _step_fn():\n"
+                "            if clip_grad is not None:\n",
+                "            self.scaler.step(optimizer)\n\n        self._model.step(_step_fn)\n        self.scaler.update()\n",
+                "        wrapper.step(optimizer, clip_grad=1.0, parameters=model.optim_parameters())\n",
+            ),
+        ),
         Example(_ALREADY_MIGRATED),
+        # a step method given parameters that are not the model's own
+        Example(
+            _CLIPPING_STEP.replace("parameters=model.parameters())", "parameters=model.head.parameters())"),
+            codes=("RPM111",),
+        ),
         # a method that does more than its scaler call
         Example(
             _HELPER.replace(
