@@ -436,13 +436,15 @@ def plan_helper_users(wrappers: "ScalerWrappers", helpers: Mapping[str, Mapping[
             scope = facts.scope(call)
             if small is not None and small.value is call and isinstance(small.targets[0].target, cst.Name) and scope:
                 instances.append((scope, small.targets[0].target.value, helpers[call.func.value]))
-    merged = {name: role for roles in helpers.values() for name, role in roles.items()}
+    fed: Dict[Tuple[str, str], Dict[str, str]] = {}
+    for function_name, param_name, method, role in wrappers.context.helper_params:
+        fed.setdefault((function_name, param_name), {})[method] = role
     for function in facts.subtree(facts.module, cst.FunctionDef):
         for param in function.params.params:
-            fed = (function.name.value, param.name.value) in wrappers.context.instance_params
-            scope = facts.scope(function.body.body[0]) if fed and function.body.body else None
-            if scope is not None:
-                instances.append((scope, param.name.value, merged))
+            param_roles = fed.get((function.name.value, param.name.value))
+            scope = facts.scope(function.body.body[0]) if param_roles and function.body.body else None
+            if param_roles and scope is not None:
+                instances.append((scope, param.name.value, param_roles))
     calls: List[Tuple[cst.Call, str, Mapping[str, str]]] = []  # method call, instance, roles
     seen: Set[Tuple[int, str]] = set()
     while instances:

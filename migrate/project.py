@@ -698,6 +698,7 @@ def wrapper_contexts(
     optimizer_like: Dict[str, Set[str]] = {}
     optimizer_params: Dict[str, Set[Tuple[str, str]]] = {}
     helper_roles: Dict[str, Set[Tuple[str, str, str]]] = {}
+    helper_params: Dict[str, Set[Tuple[str, str, str, str]]] = {}
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -719,6 +720,7 @@ def wrapper_contexts(
         for name in set(built_from.values()) & set(bound):
             target, defined = bound[name]
             built.setdefault(target, set()).add(defined)
+        helper_instances = {n: _roles_of(helper_roles, path, c) for n, c in built_from.items()}
         for edge, name, defined in _imported_names(files, project_file):
             function = _function_named(files[edge.target], defined)
             if function is None:
@@ -729,7 +731,10 @@ def wrapper_contexts(
                 instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
                 fed = _fed_params(call, params, optimizer_instances)
                 optimizer_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
-    paths = set(classes) | set(built) | set(instance_params)
+                for instance, roles in helper_instances.items():
+                    for p in _fed_params(call, params, {instance}):
+                        helper_params.setdefault(edge.target, set()).update((defined, p, *r) for r in roles)
+    paths = set(classes) | set(built) | set(instance_params) | set(helper_params)
     return {
         path: WrapperContext(
             classes=frozenset(classes.get(path, ())),
@@ -738,9 +743,15 @@ def wrapper_contexts(
             optimizer_like=frozenset(optimizer_like.get(path, ())),
             optimizer_params=frozenset(optimizer_params.get(path, ())),
             helper_roles=frozenset(helper_roles.get(path, ())),
+            helper_params=frozenset(helper_params.get(path, ())),
         )
         for path in sorted(paths)
     }
+
+
+def _roles_of(helper_roles: Mapping[str, Set[Tuple[str, str, str]]], path: str, bound: str) -> List[Tuple[str, str]]:
+    """``(method, role)`` of the AMP helper class that ``path`` calls ``bound`` (empty for another class)."""
+    return sorted((method, role) for b, method, role in helper_roles.get(path, ()) if b == bound)
 
 
 def _amp_helpers(files: Mapping[str, ProjectFile]) -> Set[Tuple[str, str]]:

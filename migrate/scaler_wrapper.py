@@ -104,7 +104,8 @@ class WrapperContext:
     wrapper instance; ``optimizer_like`` and ``optimizer_params``: those of ``classes`` and
     ``instance_params`` that are optimizer wrappers (:mod:`migrate.optimizer_wrapper_class`);
     ``helper_roles``: the method roles of those of ``classes`` that are AMP helpers
-    (:mod:`migrate.amp_helper_class`)."""
+    (:mod:`migrate.amp_helper_class`), ``helper_params`` those of the helper instances other
+    files feed to parameters here."""
 
     classes: FrozenSet[str] = frozenset()
     built_elsewhere: FrozenSet[str] = frozenset()
@@ -112,6 +113,7 @@ class WrapperContext:
     optimizer_like: FrozenSet[str] = frozenset()  # of ``classes``: the optimizer wrappers
     optimizer_params: FrozenSet[Tuple[str, str]] = frozenset()  # of ``instance_params``: fed one of those
     helper_roles: FrozenSet[Tuple[str, str, str]] = frozenset()  # (class of ``classes``, method, role): AMP helpers
+    helper_params: FrozenSet[Tuple[str, str, str, str]] = frozenset()  # (function, parameter, method, role)
 
 
 @dataclass
