@@ -146,8 +146,8 @@ def recognise_amp_helper(wrappers: "ScalerWrappers", node: cst.ClassDef) -> Opti
     claimed). Blocked (RPM111) for a class of this kind that the migration does not handle;
     its scalers and backwards are claimed first, so that nothing else reports them."""
     methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
-    if "__call__" in methods:
-        return None
+    if "__call__" in methods or not any(len(f.params.params) >= 2 for f in methods.values()):
+        return None  # no method that could step an optimizer it is given
     stored = _stored_scalers(wrappers, node)
     if not stored or not any(_steps_its_argument(f, a) for f in methods.values() for a, _ in stored):
         return None
