@@ -94,7 +94,8 @@ class AmpHelperClass:
 def amp_helper_roles(node: ast.ClassDef) -> Optional[Dict[str, str]]:
     """The caller-visible roles of the methods of ``node`` (a class of another file, as
     :mod:`ast` parses it) when it looks like an AMP helper: no ``__call__``, not an optimizer
-    wrapper's interface, a method stepping through ``self.<x>.step(...)``. The class's own
+    wrapper's interface, a method stepping through ``self.<x>.step(...)``; ``"__init__"``
+    maps to :func:`_injection`'s text when the scaler can be handed in. The class's own
     file is migrated (or refused) by :func:`recognise_amp_helper`; this only tells callers
     which method does what."""
     methods = [n for n in node.body if isinstance(n, ast.FunctionDef)]
@@ -112,14 +113,34 @@ def amp_helper_roles(node: ast.ClassDef) -> Optional[Dict[str, str]]:
             and isinstance(c.func.value.value, ast.Name)
             and c.func.value.value.id == "self"
         }
-        if "unscale_" in called:
-            roles[method.name] = "unscale"
+        if method.name == "__init__":
+            injected = _ast_injected(method)
+            if injected is not None:
+                roles["__init__"] = injected
         elif "step" in called:
             roles[method.name] = "step"
+        elif "unscale_" in called:
+            roles[method.name] = "unscale"
         elif "scale" in called:
             backward = any(isinstance(c, ast.Attribute) and c.attr == "backward" for c in ast.walk(method))
             roles[method.name] = "backward" if backward else "scale"
     return roles
+
+
+def _ast_injected(init: ast.FunctionDef) -> Optional[str]:
+    """:func:`_injection` of ``__init__`` as :mod:`ast` parses it."""
+    params = [a.arg for a in init.args.args][1:]
+    for node in ast.walk(init):
+        value = node.value if isinstance(node, ast.Assign) else None
+        tested = None
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or) and isinstance(value.values[0], ast.Name):
+            tested = value.values[0].id
+        elif isinstance(value, ast.IfExp) and isinstance(value.test, ast.Compare):
+            left = value.test.left
+            tested = left.id if isinstance(left, ast.Name) else None
+        if tested in params:
+            return f"scaler {tested} {params.index(tested)}"
+    return None
 
 
 def _ast_steps_its_argument(method: ast.FunctionDef) -> bool:
@@ -209,6 +230,22 @@ def _fallback_call(value: cst.BaseExpression) -> Optional[cst.Call]:
     return None
 
 
+def _injection(init: cst.FunctionDef, built: cst.Call) -> Optional[str]:
+    """``"scaler <parameter> <position>"`` when ``__init__`` stores a handed-in scaler with
+    ``built`` as its fallback (``self.scaler = scaler or GradScaler()``): the parameter and
+    its position after ``self``, where a construction may hand a GradScaler in."""
+    params = [p.name.value for p in init.params.params][1:]
+    for assign in m.findall(init, m.Assign()):
+        value = cst.ensure_type(assign, cst.Assign).value
+        if _fallback_call(value) is not built or value is built:
+            continue
+        tested = value.left if isinstance(value, cst.BooleanOperation) else cst.ensure_type(value, cst.IfExp).test
+        name = tested.left if isinstance(tested, cst.Comparison) else tested
+        if isinstance(name, cst.Name) and name.value in params:
+            return f"scaler {name.value} {params.index(name.value)}"
+    return None
+
+
 def _is_torch_scaler(wrappers: "ScalerWrappers", call: cst.Call) -> bool:
     try:
         return wrappers.facts.scaler_kind(call) is not None
@@ -253,6 +290,8 @@ class _Recogniser:
         roles = {
             name: self._role(method, scaler, settings) for name, method in self.methods.items() if method is not init
         }
+        injected = _injection(init, self.stored[0][1])
+        roles.update({"__init__": injected} if injected is not None else {})
         return AmpHelperClass(self.node, scaler, (self.stored[0][1],), init, roles)
 
     def _settings(self, init: cst.FunctionDef) -> Set[str]:
@@ -431,7 +470,7 @@ def plan_helper_users(wrappers: "ScalerWrappers", helpers: Mapping[str, Mapping[
     instances: List[Tuple["Scope", str, Mapping[str, str]]] = []
     for call in facts.subtree(facts.module, cst.Call):
         if isinstance(call.func, cst.Name) and call.func.value in helpers:
-            _plan_handed_scalers(wrappers, call)
+            _plan_handed_scalers(wrappers, call, helpers[call.func.value].get("__init__"))
             small = only_assignment(facts.statement_of(call))
             scope = facts.scope(call)
             if small is not None and small.value is call and isinstance(small.targets[0].target, cst.Name) and scope:
@@ -477,13 +516,29 @@ def plan_helper_users(wrappers: "ScalerWrappers", helpers: Mapping[str, Mapping[
         _plan_method_call(wrappers, call, name, roles.get(method), roles)
 
 
-def _plan_handed_scalers(wrappers: "ScalerWrappers", construction: cst.Call) -> None:
-    """A torch GradScaler built in the construction's arguments (``Helper(scaler=GradScaler())``)
-    becomes RoundPipe's, like the class's own."""
-    for arg in construction.args:
-        if isinstance(arg.value, cst.Call) and _is_torch_scaler(wrappers, arg.value):
-            wrappers.claimed.add(arg.value)
-            rewrite_constructor(wrappers.rules, arg.value, wrappers.facts.scaler_kind(arg.value))
+def _plan_handed_scalers(wrappers: "ScalerWrappers", construction: cst.Call, injection: Optional[str]) -> None:
+    """The GradScaler handed to the construction (``Helper(scaler=GradScaler())``; ``injection``:
+    the helper's :func:`_injection`) becomes RoundPipe's, like the class's own; ``None`` or
+    nothing keeps the class's own; a scaler built elsewhere is not followed (RPM111)."""
+    if injection is None:
+        return
+    _, name, position = injection.split()
+    positional = [a for a in construction.args if a.keyword is None]
+    handed = next((a.value for a in construction.args if a.keyword is not None and a.keyword.value == name), None)
+    handed = positional[int(position)].value if int(position) < len(positional) else handed
+    if handed is None or m.matches(handed, m.Name("None")):
+        return
+    if isinstance(handed, cst.Call) and _is_torch_scaler(wrappers, handed):
+        wrappers.claimed.add(handed)
+        rewrite_constructor(wrappers.rules, handed, wrappers.facts.scaler_kind(handed))
+        return
+    if not (isinstance(handed, cst.Call) and "roundpipe.GradScaler" in wrappers.facts.qualified(handed.func)):
+        raise Blocked(
+            handed,
+            "RPM111",
+            f"the AMP helper is handed `{code(handed)}` as its scaler; only a GradScaler built in the call "
+            "(`scaler=GradScaler(...)`) is migrated with it; not migrated",
+        )
 
 
 def _plan_method_call(

@@ -43,6 +43,7 @@ def _class(source: str) -> ast.ClassDef:
 
 def test_roles_of_a_helper_as_its_callers_see_them():
     assert amp_helper_roles(_class(HELPER)) == {
+        "__init__": "scaler scaler 1",  # `self.scaler = scaler or GradScaler(...)`: handed in second
         "scale_loss": "scale",
         "unscale": "unscale",
         "optimizer_step": "step",
@@ -100,3 +101,11 @@ def test_an_unscale_without_a_step_after_it_is_refused():
     assert [(d.code, d.line) for d in result.diagnostics] == [
         ("RPM111", source[: source.index("amp.unscale(")].count("\n") + 1)
     ]
+
+
+def test_a_scaler_built_elsewhere_and_handed_to_the_helper_is_refused():
+    source = _HELPER.replace("    amp = AMPScaler()\n", "    amp = AMPScaler(True, make_scaler())\n")
+    result = migrate_source(source, "train.py")
+    assert result.migrated == source
+    assert [d.code for d in result.diagnostics] == ["RPM111"]
+    assert "`make_scaler()` as its scaler" in result.diagnostics[0].message
