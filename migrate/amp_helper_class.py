@@ -68,9 +68,6 @@ if TYPE_CHECKING:
 
 __all__ = ["AmpHelperClass", "recognise_amp_helper", "plan_amp_helper", "plan_helper_users", "amp_helper_roles"]
 
-#: roles of a helper's methods that its callers' code depends on
-CALLER_ROLES = frozenset({"scale", "backward", "unscale", "step"})
-
 #: clipping functions whose first argument (or ``parameters=``) is the parameters clipped
 _CLIPPING = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"})
 
@@ -282,11 +279,10 @@ class _Recogniser:
         if init is None or len(self.stored) != 1 or not self.facts.within(self.stored[0][1], init):
             raise self.refuse(self.stored[0][1], f"its GradScaler must be stored once, in __init__, as self.{scaler}")
         settings = self._settings(init)
+        store = self.facts.enclosing(self.stored[0][1], (cst.Assign,))
         for use in _scaler_attributes(init, scaler):
-            if not self.facts.within(use, self.stored[0][1]) and self.facts.parent(use) is not None:
-                assigned = self.facts.enclosing(use, (cst.Assign,))
-                if assigned is None or _fallback_call(assigned.value) is not self.stored[0][1]:
-                    raise self.refuse(use, f"__init__ uses self.{scaler} beyond storing it")
+            if store is None or use is not store.targets[0].target:
+                raise self.refuse(use, f"__init__ uses self.{scaler} beyond storing it")
         roles = {
             name: self._role(method, scaler, settings) for name, method in self.methods.items() if method is not init
         }
