@@ -26,21 +26,26 @@ Each method is migrated by its role, so the interface and the order of the calle
 * a *step* method runs ``self.scaler.step(optimizer)`` in a step function (waited for under
   ``--exact``), its trailing ``update()`` after it on the caller's thread; a step after an
   unscale hands over nothing new (no backward came between), so the copies keep the
-  gradients the caller clipped.
+  gradients the caller clipped. A step method may also take clipping arguments
+  (``step(self, optimizer, clip_grad=None, parameters=None)``: ``unscale_`` and clipping under
+  ``if``s, then ``step``): its whole body but the update runs in the step function, and the
+  caller's ``parameters=model.parameters()`` becomes ``model.optim_parameters()``.
 
 In the callers, between ``helper.unscale(opt)`` and the ``helper.<step>(opt)`` that follows it
-in the same block, clipping of ``model.parameters()`` is clipping of the copies
-(``model.optim_parameters()``); anything else reading the model's parameters or gradients
+(in the same block, or after the ``if`` holding the unscale), clipping of ``model.parameters()``
+is clipping of the copies (``model.optim_parameters()``); anything else reading the model's parameters or gradients
 there is refused. After the step call, the caller's ``opt.zero_grad()`` also clears the
 model's gradients, and in the asynchronous form its main-thread writes of the optimizer's state
 wait for the step (:meth:`migrate.scaler_wrapper.ScalerWrappers.order_optimizer_writes`). A
-GradScaler handed to the construction is rewritten with the class's own
-(``roundpipe.GradScaler``); the construction gets ``model=model`` as every wrapper's does.
+GradScaler built in the construction's argument for the scaler (``Helper(scaler=GradScaler())``)
+is rewritten with the class's own (``roundpipe.GradScaler``); the construction gets
+``model=model`` as every wrapper's does. Callers in other files learn the roles from
+:func:`amp_helper_roles` (through :class:`~migrate.scaler_wrapper.WrapperContext`).
 
 A method doing anything else (logging is kept only in methods that stay on the caller's thread,
 and only when it reads nothing but its arguments and the scale), two scalers in one class, a
-base class, an instance used other than through its methods: refused (RPM111), naming the
-method or the use. Pure source analysis: never imports torch.
+base class, an instance used other than through its methods, a scaler built elsewhere handed
+to the construction: refused (RPM111), naming the method or the use. Pure source analysis: never imports torch.
 """
 
 from __future__ import annotations
