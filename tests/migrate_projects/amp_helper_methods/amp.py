@@ -9,7 +9,7 @@ class AMPScaler:
     def __init__(self, enabled=True, scaler=None):
         self.scaler = scaler or torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=enabled)
 
-    def scale_loss(self, loss):
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)
 
     def backward(self, loss):

@@ -20,9 +20,9 @@ logger = logging.getLogger(__name__)
 
 
 class MixedPrecision:
-    def __init__(self, enabled=True, scaler=None, log_every=2):
+    def __init__(self, scaler=None, log_every=2):
         self.log_every = log_every
-        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=3, enabled=enabled)
+        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=3)
 
     def backward(self, loss):
         """Backpropagate the scaled loss."""
@@ -74,7 +74,7 @@ def main():
     batches = [(torch.randn(8, 6, generator=gen), torch.randn(8, 3, generator=gen)) for _ in range(10)]
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    amp = MixedPrecision(enabled=True)
+    amp = MixedPrecision()
     train(model, optimizer, amp, batches, args.accum, args.clip)
     checkpoint = {"amp": amp.state_dict(), "optimizer": optimizer.state_dict()}
     amp.load_state_dict(checkpoint["amp"])

@@ -12,7 +12,7 @@ class AMPScaler:
         self._model = model
         self.scaler = scaler or roundpipe.GradScaler(init_scale=2.0**10, enabled=enabled)
 
-    def scale_loss(self, loss):
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)
 
     def backward(self, loss):
