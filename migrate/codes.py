@@ -131,8 +131,10 @@ _CODES: Tuple[Code, ...] = (
         "the recognised one, built where no optimizer on `model.parameters()` is built, or called with "
         "`parameters=` that are not `model.parameters()`; an optimizer wrapper (the GradScaler next to the "
         "optimizer behind `backward`/`step`/`zero_grad` methods, fairseq's shape) with a method the "
-        "migration does not handle, named in the message; or a file calling a wrapper class of another "
-        "given file that is not migrated",
+        "migration does not handle, named in the message; an AMP helper (the GradScaler behind separate "
+        "`scale_loss`/`backward`, `unscale`, `optimizer_step` methods) with a method doing more than its scaler "
+        "call, two scalers, or an instance used other than by its methods; or a file calling a wrapper class "
+        "of another given file that is not migrated",
         "the wrapper and every file that builds or calls it change together, or none of them",
         "`loss_scaler(loss, optimizer, parameters=model.parameters())`",
         'bring the wrapper to a shape in docs/migrate.md ("Loss-scaler wrappers"), or migrate by hand',

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OptimizerWrapperClass",
+    "GradientMethod",
+    "plan_gradient_method",
     "recognise_optimizer_wrapper",
     "plan_optimizer_wrapper",
     "is_optimizer_like",
@@ -345,7 +347,7 @@ def plan_optimizer_wrapper(wrappers: "ScalerWrappers", wrapper: OptimizerWrapper
     for gradient in wrapper.gradient_methods:
         step_fn = plan.fresh("_step_fn")
         waits = rules.exact or _returns_a_value(gradient)
-        _plan_gradient_method(wrappers, wrapper, gradient, model, step_fn, waits)
+        plan_gradient_method(wrappers, gradient, model, step_fn, waits)
         steps.append(
             f"{gradient.node.name.value}() -> self.{model}.step({step_fn}{', is_async=False' if waits else ''})"
         )
@@ -370,9 +372,8 @@ def plan_optimizer_wrapper(wrappers: "ScalerWrappers", wrapper: OptimizerWrapper
     )
 
 
-def _plan_gradient_method(
+def plan_gradient_method(
     wrappers: "ScalerWrappers",
-    wrapper: OptimizerWrapperClass,
     method: GradientMethod,
     model: str,
     step_fn: str,

@@ -30,6 +30,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
+from .amp_helper_class import amp_helper_roles
 from .diagnostics import Diagnostic, FileResult
 from .engine import migrate_source
 from .foreign_functions import ast_dotted, foreign_functions
@@ -787,7 +788,7 @@ def wrapper_contexts(
         for key in (_wrapper_classes(files) if found is None else found)
         if any(isinstance(n, ast.FunctionDef) and n.name == "__call__" for n in _class(files[key[0]], key[1]).body)
         or is_optimizer_like(_class(files[key[0]], key[1]))
-    }
+    } | set(_amp_helpers(files))
     libraries = {path: _library_wrapper_names(f) for path, f in files.items() if "NativeScaler" in f.source}
     if not wrappers and not any(libraries.values()):
         return {}
@@ -796,6 +797,8 @@ def wrapper_contexts(
     instance_params: Dict[str, Set[Tuple[str, str]]] = {}
     optimizer_like: Dict[str, Set[str]] = {}
     optimizer_params: Dict[str, Set[Tuple[str, str]]] = {}
+    helper_roles: Dict[str, Set[Tuple[str, str, str]]] = {}
+    helper_params: Dict[str, Set[Tuple[str, str, str, str]]] = {}
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
@@ -806,12 +809,18 @@ def wrapper_contexts(
         if bound:
             classes[path] = set(bound)
             optimizer_like[path] = {b for b, (t, d) in bound.items() if is_optimizer_like(_class(files[t], d))}
+            helper_roles[path] = {
+                (b, method, role)
+                for b, (t, d) in bound.items()
+                for method, role in (amp_helper_roles(_class(files[t], d)) or {}).items()
+            }
         built_from = _instances(project_file.tree, set(bound) | library)
         instances = set(built_from)
         optimizer_instances = {n for n, c in built_from.items() if c in optimizer_like.get(path, ())}
         for name in set(built_from.values()) & set(bound):
             target, defined = bound[name]
             built.setdefault(target, set()).add(defined)
+        helper_instances = {n: _roles_of(helper_roles, path, c) for n, c in built_from.items()}
         for edge, name, defined in _imported_names(files, project_file):
             function = _function_named(files[edge.target], defined)
             if function is None:
@@ -822,7 +831,10 @@ def wrapper_contexts(
                 instance_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
                 fed = _fed_params(call, params, optimizer_instances)
                 optimizer_params.setdefault(edge.target, set()).update((defined, p) for p in fed)
-    paths = set(classes) | set(built) | set(instance_params)
+                for instance, roles in helper_instances.items():
+                    for p in _fed_params(call, params, {instance}):
+                        helper_params.setdefault(edge.target, set()).update((defined, p, *r) for r in roles)
+    paths = set(classes) | set(built) | set(instance_params) | set(helper_params)
     return {
         path: WrapperContext(
             classes=frozenset(classes.get(path, ())),
@@ -830,8 +842,27 @@ def wrapper_contexts(
             instance_params=frozenset(instance_params.get(path, ())),
             optimizer_like=frozenset(optimizer_like.get(path, ())),
             optimizer_params=frozenset(optimizer_params.get(path, ())),
+            helper_roles=frozenset(helper_roles.get(path, ())),
+            helper_params=frozenset(helper_params.get(path, ())),
         )
         for path in sorted(paths)
+    }
+
+
+def _roles_of(helper_roles: Mapping[str, Set[Tuple[str, str, str]]], path: str, bound: str) -> List[Tuple[str, str]]:
+    """``(method, role)`` of the AMP helper class that ``path`` calls ``bound`` (empty for another class)."""
+    return sorted((method, role) for b, method, role in helper_roles.get(path, ()) if b == bound)
+
+
+def _amp_helpers(files: Mapping[str, ProjectFile]) -> Set[Tuple[str, str]]:
+    """(file, class name) of the AMP helper classes (:func:`~migrate.amp_helper_class.amp_helper_roles`)
+    of files that build a GradScaler."""
+    return {
+        (path, node.name)
+        for path, project_file in files.items()
+        if project_file.tree is not None and "GradScaler" in project_file.source
+        for node in ast.walk(project_file.tree)
+        if isinstance(node, ast.ClassDef) and amp_helper_roles(node) is not None
     }
 
 

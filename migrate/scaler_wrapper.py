@@ -61,6 +61,7 @@ import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 from libcst.metadata.scope_provider import LocalScope
 
+from .amp_helper_class import AmpHelperClass, plan_amp_helper, plan_helper_users, recognise_amp_helper
 from .names import SCALER_STATE_METHODS
 from .optimizer_wrapper_class import (
     OptimizerWrapperClass,
@@ -101,13 +102,18 @@ class WrapperContext:
     ``built_elsewhere``: wrapper classes defined here and built in another file;
     ``instance_params``: ``(function, parameter)`` of this file that another file feeds a
     wrapper instance; ``optimizer_like`` and ``optimizer_params``: those of ``classes`` and
-    ``instance_params`` that are optimizer wrappers (:mod:`migrate.optimizer_wrapper_class`)."""
+    ``instance_params`` that are optimizer wrappers (:mod:`migrate.optimizer_wrapper_class`);
+    ``helper_roles``: the method roles of those of ``classes`` that are AMP helpers
+    (:mod:`migrate.amp_helper_class`), ``helper_params`` those of the helper instances other
+    files feed to parameters here."""
 
     classes: FrozenSet[str] = frozenset()
     built_elsewhere: FrozenSet[str] = frozenset()
     instance_params: FrozenSet[Tuple[str, str]] = frozenset()
     optimizer_like: FrozenSet[str] = frozenset()  # of ``classes``: the optimizer wrappers
     optimizer_params: FrozenSet[Tuple[str, str]] = frozenset()  # of ``instance_params``: fed one of those
+    helper_roles: FrozenSet[Tuple[str, str, str]] = frozenset()  # (class of ``classes``, method, role): AMP helpers
+    helper_params: FrozenSet[Tuple[str, str, str, str]] = frozenset()  # (function, parameter, method, role)
 
 
 @dataclass
@@ -142,17 +148,22 @@ class ScalerWrappers:
 
     # --------------------------------------------------------------------- classes
     def run(self) -> None:
-        wrappers: Dict[str, Union[WrapperClass, OptimizerWrapperClass]] = {}
+        wrappers: Dict[str, Union[WrapperClass, OptimizerWrapperClass, AmpHelperClass]] = {}
         for node in self.facts.subtree(self.facts.module, cst.ClassDef):
-            found = self._recognise(node) or recognise_optimizer_wrapper(self, node)
+            found = self._recognise(node) or recognise_optimizer_wrapper(self, node) or recognise_amp_helper(self, node)
             if found is not None:
                 wrappers[node.name.value] = found
         built = self._plan_users(set(wrappers) | set(self.context.classes))
+        helpers: Dict[str, Dict[str, str]] = {}
+        for owner, method, role in self.context.helper_roles:
+            helpers.setdefault(owner, {})[method] = role
+        helpers.update({n: w.roles for n, w in wrappers.items() if isinstance(w, AmpHelperClass)})
+        plan_helper_users(self, helpers)
         defined = {n: w.node for n, w in wrappers.items() if isinstance(w, OptimizerWrapperClass)}
         check_instance_uses(self, set(defined) | set(self.context.optimizer_like), defined)
         check_gradient_reads_after_steps(self, set(defined) | set(self.context.optimizer_like))
         for name, wrapper in wrappers.items():
-            kind = "loss-scaler" if isinstance(wrapper, WrapperClass) else "optimizer"
+            kind = {WrapperClass: "loss-scaler", OptimizerWrapperClass: "optimizer"}.get(type(wrapper), "AMP helper")
             if name not in built and name not in self.context.built_elsewhere:
                 raise Blocked(
                     wrapper.node,
@@ -162,6 +173,8 @@ class ScalerWrappers:
                 )
             if isinstance(wrapper, WrapperClass):
                 self._plan_class(wrapper)
+            elif isinstance(wrapper, AmpHelperClass):
+                plan_amp_helper(self, wrapper)
             else:
                 plan_optimizer_wrapper(self, wrapper)
 
@@ -617,10 +630,10 @@ class ScalerWrappers:
             return
         site = self._plan_plain_path(call, optimizer.value, model)
         root = self.facts.enclosing(site, (cst.FunctionDef,)) or self.facts.module
-        # the wait for the wrapper's step comes right after the call (_order_optimizer_writes)
+        # the wait for the wrapper's step comes right after the call (order_optimizer_writes)
         plan_model_zeroing(self.plan, self.facts, root, optimizer.value, model, {site}, False)
         if not self.rules.exact:
-            self._order_optimizer_writes(site, optimizer.value, model)
+            self.order_optimizer_writes(site, optimizer.value, model)
 
     def _parameters_on_copies(self, call: cst.Call) -> Optional[str]:
         """Rewrite ``parameters=model.parameters()`` to ``model.optim_parameters()``; the
@@ -651,7 +664,7 @@ class ScalerWrappers:
         self.plan.rewrites.append((call, "loss-scaler wrapper call: parameters -> model.optim_parameters()"))
         return owner.value
 
-    def _order_optimizer_writes(self, site: cst.BaseStatement, optimizer: str, model: str) -> None:
+    def order_optimizer_writes(self, site: cst.BaseStatement, optimizer: str, model: str) -> None:
         """Writes of ``optimizer``'s state in the calling function (``zero_grad()``, lr
         loops, scheduler steps) would race with the wrapper's asynchronous step: the step is
         waited for right after the ``site`` (the call, or the two-path ``if`` holding it),

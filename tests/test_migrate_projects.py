@@ -69,6 +69,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "espnet_classmethod": [[], ["--no-use-amp"]],
     "hf_no_trainer_resume": [[], ["--no-fp16", "--lr_scheduler_type", "cosine"]],
     "fairseq_lazy_optimizer": [[], ["--no-amp"]],
+    "amp_helper_same_file": [[], ["--clip", "0"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {
