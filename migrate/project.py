@@ -161,7 +161,8 @@ def _migrate_joined_classes(
     analysed as one module (:mod:`migrate.joined_classes`) and take that outcome; a file
     taking part in two such groups keeps its own. A file calling step helpers of other files
     refused alone (:func:`~migrate.joined_classes.call_groups`) is joined with them the
-    same way, and that outcome is taken only when nothing in it is refused. Returns, for
+    same way, and that outcome is taken only when nothing in it is refused and it changes
+    something (a joined module showing no step says nothing about the files' own). Returns, for
     each file given a joined outcome, the files of its group."""
     taken: Dict[str, FrozenSet[str]] = {}
     helper_groups = [(group, True) for group in call_groups(files)]
@@ -176,6 +177,8 @@ def _migrate_joined_classes(
             if joined is not None:
                 _report_joined_blockers(files, results, group, joined)
             continue  # step helpers joined with their caller: taken only when the whole step migrates
+        if of_helpers and joined is not None and not any(r.changed for r in joined.values()):
+            continue  # the joined module shows no step (a wrapper class of another file): each keeps its own
         if joined is None:
             blocker = join_blocker([(p, files[p].source) for p in group], shared_names(files, group))
             for path, name in handed:  # its constructions there are not followed: unchanged
