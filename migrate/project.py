@@ -702,7 +702,7 @@ def wrapper_contexts(
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
-        bound = {b: (e.target, d) for e in project_file.imports for b, d in e.names if (e.target, d) in wrappers}
+        bound = {b: (e.target, d) for e, b, d in _imported_names(files, project_file) if (e.target, d) in wrappers}
         library = libraries.get(path, set())
         if not bound and not library:
             continue
@@ -772,26 +772,27 @@ def _library_wrapper_names(project_file: ProjectFile) -> Set[str]:
 
 
 def _instances(tree: ast.Module, classes: Set[str]) -> Dict[str, str]:
-    """Names assigned a construction of one of ``classes`` (possibly ``... if c else None``)
-    -> that class."""
+    """Names assigned a construction of one of ``classes`` (``C(...)`` or ``module.C(...)``,
+    possibly ``... if c else None``) -> that class."""
     found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = node.value.body if isinstance(node.value, ast.IfExp) else node.value
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
-                found[node.targets[0].id] = value.func.id
+            called = ast_dotted(value.func) if isinstance(value, ast.Call) else None
+            if called is not None and called in classes:
+                found[node.targets[0].id] = called
     return found
 
 
 def _imported_names(files: Mapping[str, ProjectFile], project_file: ProjectFile) -> List[Tuple[ImportEdge, str, str]]:
     """``(edge, name here, name there)`` for what the file imports from other given files:
-    the names ``from m import f`` binds, and ``alias.f`` for each top-level function of a
-    module imported as ``alias`` (``import util.misc as misc``)."""
+    the names ``from m import f`` binds, and ``alias.f`` for each top-level function or class
+    of a module imported as ``alias`` (``import util.misc as misc``)."""
     found = [(edge, bound, defined) for edge in project_file.imports for bound, defined in edge.names]
     for edge in project_file.imports:
         tree = files[edge.target].tree
         if edge.module_alias and tree is not None:
-            functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+            functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
             found += [(edge, f"{edge.module_alias}.{name}", name) for name in functions]
     return found
 

@@ -204,6 +204,11 @@ WRAPPER_ALIASES = {
         "engine.py": ("partial", ["RPM110"]),
         "util/misc.py": ("partial", ["RPM110"]),
     },
+    "mae_wrapper_module_alias": {  # `import util.misc as misc`; `misc.NativeScalerWithGradNormCount()`
+        "main.py": ("migrated", []),
+        "engine.py": ("migrated", []),
+        "util/misc.py": ("migrated", []),
+    },
 }
 
 
