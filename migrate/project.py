@@ -16,7 +16,9 @@ consistent over the project:
   a file calling a wrapper class that was not migrated is named (RPM111) unless it was
   already reported;
 * if a file is refused, every file connected to it through imports among the files that
-  take part is left unchanged too (RPM110, naming the blocking file and line).
+  take part is left unchanged too (RPM110, naming the blocking file and line), and a file
+  that may use a scaler, importing or imported by a refused file, is named even where it
+  was left unchanged for want of anything to do (:mod:`migrate.scaler_neighbours`).
 
 It never imports torch.
 """
@@ -40,6 +42,7 @@ from .joined_classes import call_groups, join_blocker, join_groups, migrate_join
 from .names import ModuleFacts
 from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
+from .scaler_neighbours import name_silent_scaler_users
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
 
@@ -148,6 +151,7 @@ def reconcile(
     _refuse_instances_reached_across(files, results, exact)
     _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
+    name_silent_scaler_users(files, results)
 
 
 def _migrate_joined_classes(
