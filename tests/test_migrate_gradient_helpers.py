@@ -260,5 +260,6 @@ print(f"final scale {trainer.scaler.get_scale()!r}")
 def test_a_helper_handed_a_local_bound_to_the_trainers_model_runs_on_the_copies(tmp_path):
     """``model = self.model`` once in the method: ``clip_gradients(model, ...)`` hands the
     trained model (not RPM158), and the asynchronous step may read ``model`` late."""
-    fragment = "with roundpipe.OptimizerCtx():\n                    scaler.unscale_(optimizer)\n                    param_norms = clip_gradients(model, 0.05)"
+    inner = "\n" + " " * 20
+    fragment = f"with roundpipe.OptimizerCtx():{inner}scaler.unscale_(optimizer){inner}param_norms = clip_gradients("
     _check(LOCALS, tmp_path, fragment)
