@@ -43,6 +43,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment
 
+from .attribute_aliases import local_aliases
 from .foreign_functions import imported_function
 from .helper_reads import DEPTH, called_function
 from .names import CLIP_FUNCTIONS, ModuleFacts, argument_for
@@ -157,17 +158,18 @@ def needs_optimizer_context(step: "StepBuilder", statements: Sequence[cst.BaseSt
         facts, function = found
         roles = roles_of(facts, function)
         skipped = 1 if _is_method(facts, function) else 0
+        spellings = _model_spellings(step, call, model)
         for name in roles.models:
             handed = name if name.startswith("self.") else dotted(argument_for(call, function, name, skipped))
-            if handed != model:
+            if handed not in spellings:
                 _refuse_handed(call, function, name, model)
             needed = True
         for name in roles.iterables:
             handed_value = argument_for(call, function, name, skipped)
-            if handed_value is None or not _parameters_of(handed_value, model):
+            if handed_value is None or not any(_parameters_of(handed_value, s) for s in spellings):
                 _refuse_handed(call, function, name, model)
         if not step.rules.exact:
-            _refuse_rebound_arguments(step, call, function, model)
+            _refuse_rebound_arguments(step, call, function, spellings)
     return needed
 
 
@@ -577,16 +579,25 @@ def _refuse_handed(call: cst.Call, function: cst.FunctionDef, name: str, model: 
     )
 
 
-def _refuse_rebound_arguments(step: "StepBuilder", call: cst.Call, function: cst.FunctionDef, model: str) -> None:
+def _model_spellings(step: "StepBuilder", call: cst.Call, model: str) -> Set[str]:
+    """``model`` and the locals of the function around ``call`` bound once to it
+    (``model = self.model``: :func:`~migrate.attribute_aliases.local_aliases`)."""
+    return {model, *local_aliases(step.rules, call, model)}
+
+
+def _refuse_rebound_arguments(
+    step: "StepBuilder", call: cst.Call, function: cst.FunctionDef, spellings: Set[str]
+) -> None:
     """In the asynchronous form the step function runs after the main thread has gone on:
     an argument naming a variable the enclosing function rebinds (a loop variable; not the
-    model) would be read late."""
+    model, spelled one of ``spellings``) would be read late."""
     facts = step.facts
     scope = facts.scope(call)
     if scope is None:
         return
+    models = {spelled.split(".")[0] for spelled in spellings}
     for name in facts.subtree(call, cst.Name):
-        if name is call.func or name.value == model.split(".")[0] or name.value not in scope.assignments:
+        if name is call.func or name.value in models or name.value not in scope.assignments:
             continue
         parent = facts.parent(name)
         if isinstance(parent, cst.Attribute) and parent.attr is name:

@@ -16,7 +16,9 @@ consistent over the project:
   a file calling a wrapper class that was not migrated is named (RPM111) unless it was
   already reported;
 * if a file is refused, every file connected to it through imports among the files that
-  take part is left unchanged too (RPM110, naming the blocking file and line).
+  take part is left unchanged too (RPM110, naming the blocking file and line), and a file
+  that may use a scaler, importing or imported by a refused file, is named even where it
+  was left unchanged for want of anything to do (:mod:`migrate.scaler_neighbours`).
 
 It never imports torch.
 """
@@ -41,6 +43,7 @@ from .joined_classes import call_groups, join_blocker, join_groups, migrate_join
 from .names import ModuleFacts
 from .optimizer_wrapper_class import is_optimizer_like
 from .prefilter import calls_a_scaler, might_use_a_scaler
+from .scaler_neighbours import name_silent_scaler_users
 from .scaler_wrapper import LIBRARY_WRAPPERS, WrapperContext
 from .state_helpers import StateHelper, find_state_helpers
 
@@ -149,6 +152,7 @@ def reconcile(
     _refuse_instances_reached_across(files, results, exact, joined)
     _name_wrapper_users(files, results, wrappers, joined)
     _keep_components_consistent(files, results)
+    name_silent_scaler_users(files, results)
 
 
 def _migrate_joined_classes(
@@ -162,7 +166,8 @@ def _migrate_joined_classes(
     analysed as one module (:mod:`migrate.joined_classes`) and take that outcome; a file
     taking part in two such groups keeps its own. A file calling step helpers of other files
     refused alone (:func:`~migrate.joined_classes.call_groups`) is joined with them the
-    same way, and that outcome is taken only when nothing in it is refused. Returns, for
+    same way, and that outcome is taken only when nothing in it is refused and it changes
+    something (a joined module showing no step says nothing about the files' own). Returns, for
     each file given a joined outcome, the files of its group."""
     taken: Dict[str, FrozenSet[str]] = {}
     helper_groups = [(group, True) for group in call_groups(files)]
@@ -181,6 +186,8 @@ def _migrate_joined_classes(
             if joined is not None:
                 _report_joined_blockers(files, results, group, joined)
             continue  # step helpers joined with their caller: taken only when the whole step migrates
+        if of_helpers and joined is not None and not any(r.changed for r in joined.values()):
+            continue  # the joined module shows no step (a wrapper class of another file): each keeps its own
         if joined is None:
             blocker = join_blocker([(p, files[p].source) for p in group], shared_names(files, group))
             for path, name in handed:  # its constructions there are not followed: unchanged
@@ -802,7 +809,7 @@ def wrapper_contexts(
     for path, project_file in files.items():
         if project_file.tree is None:
             continue
-        bound = {b: (e.target, d) for e in project_file.imports for b, d in e.names if (e.target, d) in wrappers}
+        bound = {b: (e.target, d) for e, b, d in _imported_names(files, project_file) if (e.target, d) in wrappers}
         library = libraries.get(path, set())
         if not bound and not library:
             continue
@@ -900,26 +907,27 @@ def _library_wrapper_names(project_file: ProjectFile) -> Set[str]:
 
 
 def _instances(tree: ast.Module, classes: Set[str]) -> Dict[str, str]:
-    """Names assigned a construction of one of ``classes`` (possibly ``... if c else None``)
-    -> that class."""
+    """Names assigned a construction of one of ``classes`` (``C(...)`` or ``module.C(...)``,
+    possibly ``... if c else None``) -> that class."""
     found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = node.value.body if isinstance(node.value, ast.IfExp) else node.value
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
-                found[node.targets[0].id] = value.func.id
+            called = ast_dotted(value.func) if isinstance(value, ast.Call) else None
+            if called is not None and called in classes:
+                found[node.targets[0].id] = called
     return found
 
 
 def _imported_names(files: Mapping[str, ProjectFile], project_file: ProjectFile) -> List[Tuple[ImportEdge, str, str]]:
     """``(edge, name here, name there)`` for what the file imports from other given files:
-    the names ``from m import f`` binds, and ``alias.f`` for each top-level function of a
-    module imported as ``alias`` (``import util.misc as misc``)."""
+    the names ``from m import f`` binds, and ``alias.f`` for each top-level function or class
+    of a module imported as ``alias`` (``import util.misc as misc``)."""
     found = [(edge, bound, defined) for edge in project_file.imports for bound, defined in edge.names]
     for edge in project_file.imports:
         tree = files[edge.target].tree
         if edge.module_alias and tree is not None:
-            functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+            functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
             found += [(edge, f"{edge.module_alias}.{name}", name) for name in functions]
     return found
 

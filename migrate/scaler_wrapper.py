@@ -77,7 +77,7 @@ from .plan import Binding, Blocked
 from .rules.model_wrap import plan_model_wrap
 from .rules.model_zero_grad import plan_model_zeroing
 from .rules.scaler_constructor import rewrite_constructor
-from .syntax import PARAMETERS_CALL, bare_method_call, code, leading_lines, only_assignment, only_expression
+from .syntax import PARAMETERS_CALL, bare_method_call, code, dotted, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -484,8 +484,9 @@ class ScalerWrappers:
         built: Set[str] = set()
         instances: List[Tuple[Scope, str]] = []
         for call in self.facts.subtree(self.facts.module, cst.Call):
-            if isinstance(call.func, cst.Name) and call.func.value in classes and self._names_class(call.func):
-                built.add(call.func.value)
+            built_class = self._built_class(call.func, classes)
+            if built_class is not None:
+                built.add(built_class)
                 instances.append(self._plan_construction(call, None))
             elif self._may_be_library_wrapper(call) and self.facts.calls_any(call, set(LIBRARY_WRAPPERS)):
                 library = LIBRARY_WRAPPERS[sorted(self.facts.qualified(call.func) & set(LIBRARY_WRAPPERS))[0]]
@@ -531,6 +532,18 @@ class ScalerWrappers:
         if isinstance(func, cst.Attribute):
             return func.attr.value == "NativeScaler"
         return isinstance(func, cst.Name) and func.value in self._library_names
+
+    def _built_class(self, func: cst.BaseExpression, classes: Set[str]) -> Optional[str]:
+        """The one of ``classes`` that calling ``func`` builds: ``C`` or ``module.C``
+        (``import util.misc as misc``), its first name bound by a class definition or an
+        import and not rebound; else None."""
+        called = dotted(func)
+        if called is None or called not in classes:
+            return None
+        first = func
+        while isinstance(first, cst.Attribute):
+            first = first.value
+        return called if isinstance(first, cst.Name) and self._names_class(first) else None
 
     def _names_class(self, name: cst.Name) -> bool:
         """``name`` is bound (here) by a class definition or an import, not rebound."""

@@ -218,3 +218,48 @@ def test_a_helper_doing_more_than_gradient_work_is_refused_naming_it(change, tou
 
 def test_a_method_walking_the_trainers_model_runs_on_the_copies(tmp_path):
     _check(METHOD, tmp_path, "with roundpipe.OptimizerCtx():\n                self.scaler.unscale_(self.optimizer)\n")
+
+
+LOCALS = (
+    HELPERS
+    + """
+
+class Trainer:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = Net()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**9, growth_interval=2)
+
+    def train_one_epoch(self, epoch):
+        model = self.model
+        optimizer = self.optimizer
+        scaler = self.scaler
+        for it, (x, y) in enumerate(batches()):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x).float(), y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            param_norms = clip_gradients(model, 0.05)
+            cancel_gradients_last_layer(epoch, model, 1)
+            dispatch_clip_grad(model.parameters(), 0.5)
+            scaler.step(optimizer)
+            scaler.update()
+            print(f"step {epoch} {it} loss {loss.item()!r} norms {param_norms!r}")
+
+
+trainer = Trainer()
+for epoch in range(2):
+    trainer.train_one_epoch(epoch)
+print(f"final scale {trainer.scaler.get_scale()!r}")
+"""
+)
+
+
+def test_a_helper_handed_a_local_bound_to_the_trainers_model_runs_on_the_copies(tmp_path):
+    """``model = self.model`` once in the method: ``clip_gradients(model, ...)`` hands the
+    trained model (not RPM158), and the asynchronous step may read ``model`` late."""
+    inner = "\n" + " " * 20
+    fragment = f"with roundpipe.OptimizerCtx():{inner}scaler.unscale_(optimizer){inner}param_norms = clip_gradients("
+    _check(LOCALS, tmp_path, fragment)

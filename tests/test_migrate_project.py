@@ -194,3 +194,30 @@ def test_a_training_function_given_a_builtin_is_migrated_not_crashed():
     result = migrate_source(source, "train.py")
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
     assert "model.step(_step_fn)" in result.migrated
+
+
+#: fixture project of tests/migrate_projects -> file -> (status, diagnostic codes), for MAE's
+#: three-file layout with the wrapper class spelled through an alias
+WRAPPER_ALIASES = {
+    "mae_wrapper_alias": {  # `from util.misc import NativeScalerWithGradNormCount as NativeScaler`
+        "main.py": ("partial", ["RPM114"]),
+        "engine.py": ("partial", ["RPM110"]),
+        "util/misc.py": ("partial", ["RPM110"]),
+    },
+    "mae_wrapper_module_alias": {  # `import util.misc as misc`; `misc.NativeScalerWithGradNormCount()`
+        "main.py": ("migrated", []),
+        "engine.py": ("migrated", []),
+        "util/misc.py": ("migrated", []),
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPER_ALIASES))
+def test_a_wrapper_class_spelled_through_an_alias_migrates_its_three_files_together(name):
+    """The class, its construction and its call site migrate together, or none of them does
+    and each names the blocker (the test_migrate_projects harness runs the migrated one)."""
+    folder = ROOT / "tests" / "migrate_projects" / name
+    sources = {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*.py"))}
+    results = migrate_project(sources)
+    got = {path: (r.status, [d.code for d in r.diagnostics]) for path, r in results.items() if r.status != "unchanged"}
+    assert got == WRAPPER_ALIASES[name]
