@@ -61,7 +61,9 @@ _CODES: Tuple[Code, ...] = (
         "RPM104",
         "scaler-not-followed",
         "GradScaler used where its training step cannot be followed",
-        "a scaler used in a function nobody in the file calls, through a container or an attribute "
+        "a scaler used in a function nobody in the file calls, bound to an expression that builds a "
+        "GradScaler in only some of its branches (`GradScaler() if amp else NoScaler()`), through a "
+        "container or an attribute "
         "of an object that is neither `self` nor a state object the migration follows "
         "(`scalers[i].scale(loss)`), or with methods outside a recognised step",
         "the step it drives cannot be rewritten with certainty",

@@ -61,6 +61,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "seq2seq_finetune": [[], ["--no-fp16", "--no-freeze-encoder"]],
     "bert_pretrain_apex": [[], ["--no-fp16"]],
     "trainer_optimizer_factory": [[], ["sgd"], ["adamw", "fixed"]],
+    "trainer_tuple_aliases": [[], ["--no-amp"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {"trainer_class", "loss_scaler_wrapper", "optional_amp_none", "gan_shared_scaler", "two_path_amp"}
