@@ -28,9 +28,10 @@ from libcst.metadata import Assignment
 from .plan import Binding, Blocked
 
 if TYPE_CHECKING:
+    from .names import ModuleFacts
     from .torch_amp import TorchAmpRules
 
-__all__ = ["aliased_attribute", "local_aliases"]
+__all__ = ["aliased_attribute", "element_for", "local_aliases", "unpacked_into"]
 
 
 def aliased_attribute(rules: "TorchAmpRules", binding: Binding) -> Optional[str]:
@@ -44,13 +45,13 @@ def aliased_attribute(rules: "TorchAmpRules", binding: Binding) -> Optional[str]
     assignments = [a for a in scope[binding.name] if isinstance(a, Assignment)]
     if len(assignments) != 1 or not isinstance(assignments[0].node, cst.Name):
         return None
-    element = _element_for(assignments[0].node, rules, value)
+    element = element_for(assignments[0].node, rules, value)
     if not isinstance(element, cst.Attribute):
         return None
     return rules.attributes.reference(element)
 
 
-def _element_for(target: cst.Name, rules: "TorchAmpRules", value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+def element_for(target: cst.Name, rules: "TorchAmpRules", value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """The part of ``value`` that ``target`` is bound to: all of it for ``name = value``, the
     element at the same position for ``a, b = x, y``; None for any other shape."""
     parent = rules.facts.parent(target)
@@ -68,6 +69,26 @@ def _element_for(target: cst.Name, rules: "TorchAmpRules", value: cst.BaseExpres
     ):
         return None
     return values[list(targets.elements).index(element)].value  # type: ignore[arg-type]
+
+
+def unpacked_into(facts: "ModuleFacts", value: cst.BaseExpression) -> Optional[cst.Name]:
+    """The name ``value`` is bound to when it is an element of a tuple unpacked into a tuple
+    of names of the same length (``model, scaler = self.model, self.scaler``: ``scaler``
+    for ``self.scaler``); None for any other shape (a starred element, an attribute target)."""
+    element = facts.parent(value)
+    values = facts.parent(element)
+    assign = facts.parent(values)
+    if not (isinstance(element, cst.Element) and isinstance(values, cst.Tuple) and isinstance(assign, cst.Assign)):
+        return None
+    if assign.value is not values or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Tuple):
+        return None
+    targets = assign.targets[0].target.elements
+    if len(targets) != len(values.elements) or any(
+        isinstance(e, cst.StarredElement) for e in (*values.elements, *targets)
+    ):
+        return None
+    target = targets[list(values.elements).index(element)].value
+    return target if isinstance(target, cst.Name) else None
 
 
 def local_aliases(rules: "TorchAmpRules", at: cst.CSTNode, reference: str) -> List[str]:

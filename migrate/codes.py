@@ -61,7 +61,9 @@ _CODES: Tuple[Code, ...] = (
         "RPM104",
         "scaler-not-followed",
         "GradScaler used where its training step cannot be followed",
-        "a scaler used in a function nobody in the file calls, through a container or an attribute "
+        "a scaler used in a function nobody in the file calls, bound to an expression that builds a "
+        "GradScaler in only some of its branches (`GradScaler() if amp else NoScaler()`), through a "
+        "container or an attribute "
         "of an object that is neither `self` nor a state object the migration follows "
         "(`scalers[i].scale(loss)`), or with methods outside a recognised step",
         "the step it drives cannot be rewritten with certainty",
@@ -366,24 +368,32 @@ _CODES: Tuple[Code, ...] = (
     Code(
         "RPM142",
         "wrapped-model-indexed",
-        "the wrapped model is indexed after the RoundPipe wrap",
-        "a read of the wrapped model after the wrap indexes it (`model[2]`, `nn.init.zeros_(model[2].bias)`)",
-        "a RoundPipe model is not a container of its layers: the index would fail",
-        "`model[0].weight` of an `nn.Sequential` model after the optimizer",
-        "index the wrapped module (`model.model[2]`), or migrate by hand",
+        "the wrapped model is indexed or iterated where the wrapped module cannot stand in for it",
+        "after the wrap, the model is indexed or iterated (`model[0]`, `for block in model`, `list(model)`) "
+        "in its step function (`clip_grad_norm_(model[0].parameters(), 1.0)` between unscale and step), or "
+        "in a statement moved into the loss function; elsewhere such a use goes to the wrapped module "
+        "(`model.model[0]`, `len(model.model)`)",
+        "a RoundPipe model is not a container of its layers; in the step function the wrapped module's "
+        "layers hold the model's own weights from before the step, not the optimizer's copies, and a "
+        "moved statement is rebuilt from its original text",
+        "`torch.nn.utils.clip_grad_norm_(model[-1].parameters(), 1.0)` after `scaler.unscale_(optimizer)`",
+        "reach the weights through `model.parameters()` in the step, read the layer into a name before the "
+        "forward, or migrate by hand",
     ),
     Code(
         "RPM147",
         "model-run-through-method",
         "the wrapped model is trained through a method of its own, not its forward",
         "in the function of a migrated step, with gradients enabled, the model is called through a "
-        "method that is neither `forward` nor one of `nn.Module`'s or RoundPipe's "
-        "(`agent.get_action_and_value(obs, actions)`, `model.compute_loss(batch)`)",
+        "method that is neither `forward` nor one of `nn.Module`'s or RoundPipe's, and that is not proven "
+        "to read none of its weights (`agent.get_action_and_value(obs, actions)`, `model.compute_loss(batch)`; "
+        "a method of the file's model class whose body never names `self`, such as `parse_batch`, goes to "
+        "`model.model`), or a layer reached by indexing or iterating the model may run there (`model[0](x)`)",
         "RoundPipe runs a model only through `model(...)`; another method reaches the wrapped module "
         "through attribute forwarding and runs it outside RoundPipe, on the weights it keeps in host memory",
         "`_, logprob, entropy, value = agent.get_action_and_value(obs, actions)` before the backward",
         "make the training computation the model's `forward` (or a module whose forward calls the method), "
-        "then migrate",
+        "call a method that only reads the weights under `torch.no_grad()`, then migrate",
     ),
     Code(
         "RPM158",

@@ -8,8 +8,10 @@ outside RoundPipe, on the weights RoundPipe keeps in host memory: upstream that 
 (device mismatch) or trains behind RoundPipe's back. Such a call with gradients enabled in
 a function (or module) that holds a migrated step is refused (RPM147). The methods of
 ``nn.Module`` and of RoundPipe itself (``parameters``, ``train``, ``zero_grad``,
-``state_dict``...) are not runs of the model, and calls under ``torch.no_grad()`` /
-``inference_mode()`` (evaluation, a rollout) are left to the evaluation rules.
+``state_dict``...) are not runs of the model, calls under ``torch.no_grad()`` /
+``inference_mode()`` (evaluation, a rollout) are left to the evaluation rules, and a method
+that provably reads none of the model's weights (``parse_batch``) goes to the wrapped
+module (:mod:`migrate.weight_free_methods`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ import libcst as cst
 
 from .names import ModuleFacts
 from .plan import Blocked, Plan
+from .weight_free_methods import send_weight_free_method
 
-__all__ = ["check_method_forward"]
+__all__ = ["MODULE_API", "check_method_forward", "trains_here"]
 
 _CODE = "RPM147"
 #: methods that configure, inspect or move a module rather than run it: the public methods of
 #: ``nn.Module`` and DDP (``no_sync``), RoundPipe's own and a few of Hugging Face's (spelled
 #: out: the command line never imports torch)
-_MODULE_API: FrozenSet[str] = frozenset(
+MODULE_API: FrozenSet[str] = frozenset(
     (
         "add_module",
         "apply",
@@ -118,19 +121,26 @@ def check_method_forward(facts: ModuleFacts, plan: Plan, attribute: cst.Attribut
     function (or module code) of a migrated step."""
     call = facts.parent(attribute)
     method = attribute.attr.value
-    if not isinstance(call, cst.Call) or call.func is not attribute or method in _MODULE_API:
+    if not isinstance(call, cst.Call) or call.func is not attribute or method in MODULE_API:
         return
-    holder = facts.enclosing(attribute, (cst.FunctionDef,))
-    steps = {id(facts.enclosing(statement, (cst.FunctionDef,))) for statement in plan.step_statements}
-    if id(holder) not in steps or _without_gradients(facts, attribute, holder):
+    if not trains_here(facts, plan, attribute) or send_weight_free_method(facts, plan, attribute, name):
         return
     raise Blocked(
         call,
         _CODE,
         f"the model is run through its own method `{name}.{method}(...)` where it is trained: RoundPipe "
         f"runs a model only through `{name}(...)` (its forward), so the call would reach the wrapped "
-        "module directly, outside RoundPipe; left untouched",
+        "module directly, outside RoundPipe (the method's body is not in the file or reaches the module); "
+        "call it under torch.no_grad() if it only reads the weights; left untouched",
     )
+
+
+def trains_here(facts: ModuleFacts, plan: Plan, node: cst.CSTNode) -> bool:
+    """``node`` sits in the function (or module code) of a migrated step, with gradients
+    enabled there."""
+    holder = facts.enclosing(node, (cst.FunctionDef,))
+    steps = {id(facts.enclosing(statement, (cst.FunctionDef,))) for statement in plan.step_statements}
+    return id(holder) in steps and not _without_gradients(facts, node, holder)
 
 
 def _without_gradients(facts: ModuleFacts, node: cst.CSTNode, holder: object) -> bool:

@@ -29,6 +29,7 @@ from .state_objects import StateField
 from .synchronize import Synchronizations
 from .syntax import code, dotted
 from .weight_writes import check_weight_write
+from .wrapped_containers import plan_container_use
 from .wrapped_names import NAMED_ITERATORS, keeps_wrapper_names
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class ModelUses:
                 if given is not None:  # put in a state object: its reads are the model's
                     queue.append((self.rules.state_objects.field(*given), given[1], 0))
                     continue
+                if plan_container_use(self.facts, self.rules.plan, access, name):  # `model[0]` -> `model.model[0]`
+                    self._after_training(access, name, after)
                 check_weight_write(self.facts, self.rules.plan, access, name)
                 parent = self.facts.parent(access)
                 if isinstance(parent, cst.Attribute) and parent.value is access:

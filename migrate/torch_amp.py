@@ -30,9 +30,11 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 
+from .attribute_aliases import element_for, unpacked_into
 from .attributes import InstanceAttributes, InstanceFamily
 from .class_method_calls import class_method_sites, described, own_class_method
 from .edits import drop_keeping_comments
+from .either_scaler import first_of_branches
 from .foreign_functions import ForeignFunctions
 from .handed_in import constructed_init
 from .injected import injected_attribute
@@ -41,6 +43,7 @@ from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
 from .returned import returned_name, returned_targets
 from .rules.scaler_constructor import drop_unused_scaler_imports, rewrite_constructor
+from .scaler_bindings import built_other_part, unfollowed_binding
 from .scaler_wrapper import ScalerWrappers, WrapperContext
 from .state_helpers import StateHelpers, state_only_parameter
 from .state_objects import StateField, StateObjects
@@ -186,17 +189,20 @@ class TorchAmpRules:
 
     def _why_not_followed(self, backward: cst.Call, scaler: str) -> str:
         """Why the scaler of ``backward`` was not followed, as precisely as the file says:
+        the binding of the scaler that stopped it (:mod:`migrate.scaler_bindings`), or that
         its function is not called here (a helper of another module's loop), and when that
         function has no ``scaler.step(...)`` either, the step is in another function."""
         function = self.facts.enclosing(backward, (cst.FunctionDef,))
-        if not isinstance(function, cst.FunctionDef) or self.facts.call_sites(function):
-            return "e.g. a function nobody here calls"
-        sites = class_method_sites(self.facts, function)
-        if sites:  # `cls.train_one_epoch(scaler=scaler)`: called here, through its class
+        sites = class_method_sites(self.facts, function) if isinstance(function, cst.FunctionDef) else []
+        if isinstance(function, cst.FunctionDef) and sites:  # `cls.train_one_epoch(scaler=scaler)`
             return (
                 f"{function.name.value}() is {described(self.facts, function)}, called as "
                 f"`{code(sites[0].func)}(...)`; a scaler is not followed into class or static methods"
             )
+        owner = backward.func.value.func.value  # type: ignore[attr-defined]  # `scaler.scale(...).backward()`
+        if not isinstance(function, cst.FunctionDef) or self._called_here(function):
+            binding = unfollowed_binding(self.facts, owner) if isinstance(owner, cst.Name) else None
+            return binding or "its binding here is not a GradScaler construction the migration follows"
         steps = [c for c in self.facts.subtree(function, cst.Call) if method_call(c, scaler, "step")]
         split = (
             ""
@@ -205,6 +211,19 @@ class TorchAmpRules:
             "functions are not migrated"
         )
         return f"{function.name.value}() is not called in this file, its {scaler!r} comes from elsewhere{split}"
+
+    def _called_here(self, function: cst.FunctionDef) -> bool:
+        """``function`` is called in this file: by its name, or, for a method, as an attribute
+        of that name (``trainer.train_step(x)``, ``self.train_step(x)``)."""
+        if self.facts.call_sites(function):
+            return True
+        if not isinstance(self.facts.parent(self.facts.parent(function)), cst.ClassDef):
+            return False
+        wanted = function.name.value
+        return any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value == wanted
+            for call in self.facts.subtree(self.facts.module, cst.Call)
+        )
 
     def _attribute_scaler_handled(self, owner: cst.BaseExpression) -> bool:
         """``self.x`` of ``self.x.scale(loss).backward()`` holds a torch GradScaler whose
@@ -224,11 +243,14 @@ class TorchAmpRules:
         return self._built_by_other_call(tracked.statement) or bool(injected)
 
     def _alias_of_handled_attribute(self, assignment: Assignment) -> bool:
-        """``scaler = self.scaler`` in a method, the attribute followed already or holding a
-        scaler that is not torch's (RoundPipe's own, as migrated)."""
+        """``scaler = self.scaler`` (or ``model, scaler = self.model, self.scaler``) in a
+        method, the attribute followed already or holding a scaler that is not torch's
+        (RoundPipe's own, as migrated)."""
         node = assignment.node
         small = only_assignment(self.facts.statement_of(node)) if isinstance(node, cst.CSTNode) else None
         value = small.value if small is not None and len(small.targets) == 1 else None
+        if isinstance(node, cst.Name) and value is not None:  # `model, scaler = self.model, self.scaler`
+            value = element_for(node, self, value)
         return isinstance(value, cst.Attribute) and self._attribute_scaler_handled(value)
 
     def _other_scaler(self, _: "TorchAmpRules", value: cst.BaseExpression) -> bool:
@@ -350,11 +372,15 @@ class TorchAmpRules:
             self._follow_scaler(given[1], self.state_objects.field(*given), depth=0)
             return
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        followed_from = first_of_branches(self.facts, small.value, call) if isinstance(small, cst.Assign) else None
+        if followed_from not in (None, call):  # `GradScaler(a) if c else GradScaler(b)`: followed from `a`'s
+            rewrite_constructor(self, call, self.facts.scaler_kind(call))
+            return
         if not (
             isinstance(statement, cst.SimpleStatementLine)  # not a walrus in an if/while header
             and len(statement.body) == 1
             and isinstance(small, cst.Assign)
-            and (small.value is call or _optional(small.value, call))
+            and (small.value is call or _optional(small.value, call) or followed_from is call)
             and len(small.targets) == 1
             and (isinstance(small.targets[0].target, cst.Name) or self._instance_attribute(small.targets[0].target))
         ):
@@ -387,6 +413,15 @@ class TorchAmpRules:
         GradScaler()``: the attribute may hold a scaler handed in by the caller."""
         if not self._reported_here(assign):
             return
+        other = built_other_part(self.facts, assign.value)
+        if other is not None:
+            raise Blocked(
+                at,
+                "RPM120",
+                f"`{code(self.facts.statement_of(assign)).strip()}` may hold `{code(other)}`, built here and not "
+                "a torch GradScaler, instead of this GradScaler; build a GradScaler in every branch "
+                "(`GradScaler(enabled=False)` for the plain path), or migrate by hand",
+            )
         raise Blocked(
             at,
             "RPM120",
@@ -496,6 +531,10 @@ class TorchAmpRules:
                 assign := self.facts.parent(parent), cst.Assign
             ):  # `self.scaler = scaler if scaler is not None else GradScaler()`
                 self._follow_injected(assign, access, depth)
+            elif (unpacked := unpacked_into(self.facts, access)) is not None and (
+                scope_here := self.facts.scope(unpacked)
+            ) is not None:  # `model, scaler = self.model, self.scaler`: the same scaler
+                self._follow_scaler(unpacked.value, scope_here, depth + 1)
             else:
                 raise Blocked(
                     access,

@@ -22,8 +22,9 @@ variable of a loop over ``model.parameters()``: see :mod:`migrate.weight_views`)
 ``load_state_dict`` is not such a write: RoundPipe refreshes the copies after it. Statements
 moved into a step function run on the copies' side and are not looked at.
 
-A subscript of the wrapped model itself (``model[2]``) is refused (RPM142): a RoundPipe
-model is not a container of its layers.
+A subscript of the wrapped model itself (``model[2]``) that is not sent to the wrapped
+module (:mod:`migrate.wrapped_containers`) is refused (RPM142): a RoundPipe model is not a
+container of its layers.
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ _DTYPES = {"float16", "half", "float32", "float", "float64", "double", "bfloat16
 def check_weight_write(facts: ModuleFacts, plan: Plan, access: cst.BaseExpression, name: str) -> None:
     """Raise :class:`Blocked` (RPM141) when ``access`` (a read of the wrapped model ``name``
     after the wrap) reaches an in-place write of its weights, or (RPM142) when it is
-    subscripted."""
+    subscripted and not sent to the wrapped module."""
     if _in_step(facts, plan, access):
         return
     parent = facts.parent(access)
-    if isinstance(parent, cst.Subscript) and parent.value is access:
+    if isinstance(parent, cst.Subscript) and parent.value is access and access not in plan.edits.expressions:
         raise Blocked(
             parent,
             "RPM142",

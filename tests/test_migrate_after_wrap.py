@@ -1,6 +1,6 @@
 """Main-thread uses of the wrapped model after the RoundPipe wrap that the migration cannot
 keep: weights written in place after the optimizer is built (RPM141, migrate/weight_writes.py),
-the model indexed (RPM142), gradients read by the caller of a function holding the step
+gradients read by the caller of a function holding the step
 (RPM140, migrate/gradient_reads.py) and the wrapper pickled inside a container (RPM125).
 
 Each shape migrated before with other numbers (or crashed); now the file is left unchanged
@@ -146,13 +146,15 @@ def test_weights_written_after_the_optimizer_are_refused(shape):
     _refused(_program(after=write), "RPM141", text)
 
 
-def test_an_indexed_wrapped_model_is_refused():
+def test_weights_written_through_an_index_of_the_wrapped_model_are_refused():
+    """``model[2]`` itself goes to the wrapped module (tests/test_migrate_wrapped_containers.py);
+    a write through it is still a write of the weights after the optimizer."""
     source = _program().replace(
         "    model = Net()\n", "    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))\n"
     )
     _refused(
         source.replace("    torch.manual_seed(1)\n", "    nn.init.zeros_(model[2].bias)\n    torch.manual_seed(1)\n"),
-        "RPM142",
+        "RPM141",
         "model[2]",
     )
 

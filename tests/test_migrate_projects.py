@@ -70,6 +70,7 @@ ARGV_VARIANTS: Dict[str, List[List[str]]] = {
     "hf_no_trainer_resume": [[], ["--no-fp16", "--lr_scheduler_type", "cosine"]],
     "fairseq_lazy_optimizer": [[], ["--no-amp"]],
     "amp_helper_same_file": [[], ["--clip", "0"]],
+    "trainer_tuple_aliases": [[], ["--no-amp"]],
 }
 # The fast subset (run by default); the full sweep is marked slow.
 FAST = {

@@ -123,7 +123,8 @@ RULE = Rule(
     patterns=(
         Pattern(
             "locals of a trainer method bound from its attributes: `optimizer = self.optimizer`, "
-            "`opt, sched = self.opt, self.sched`, `scaler = self.scaler`, `model = self.model`, the step "
+            "`opt, sched = self.opt, self.sched`, `scaler = self.scaler`, `model = self.model`, "
+            "`model, opt, scaler = self.model, self.opt, self.scaler`, the step "
             "written on the locals; `self.model = model` in `__init__` with the optimizer built on the "
             "constructor's parameter (`self.opt = Adam(model.parameters())`)",
             "followed as the attributes (each local bound once in its method, by a plain assignment): the model "
@@ -131,7 +132,8 @@ RULE = Rule(
             "main-thread writes of the optimizer in other methods (`self.opt.param_groups`) ordered after the "
             "running step; a local bound again (`optimizer = other`) stays refused (RPM108)",
             "训练器方法中由属性绑定的局部变量：`optimizer = self.optimizer`、`opt, sched = self.opt, self.sched`、"
-            "`scaler = self.scaler`、`model = self.model`，训练步骤写在这些局部变量上；`__init__` 中 "
+            "`scaler = self.scaler`、`model = self.model`、`model, opt, scaler = self.model, self.opt, self.scaler`，"
+            "训练步骤写在这些局部变量上；`__init__` 中 "
             "`self.model = model` 且优化器构建在构造函数的参数上（`self.opt = Adam(model.parameters())`）",
             "按属性追踪（每个局部变量在其方法中只由一次普通赋值绑定）：模型在构建类的地方被包装，步骤按原样移入 "
             "`model.step(_step_fn)`，其他方法中对优化器的主线程写入（`self.opt.param_groups`）排在运行中的步骤之后；"
@@ -174,6 +176,16 @@ RULE = Rule(
                 "        self.opt = torch.optim.SGD(self.model.optim_parameters(), lr=lr)\n",
                 "        def _step_fn():\n            scaler.step(opt)\n            opt.zero_grad()\n            sched.step()\n",
                 "trainer = Trainer(\n    roundpipe.RoundPipe(\n",
+            ),
+        ),
+        Example(  # the scaler unpacked with the model and the optimizer
+            _LOCALS.replace(
+                "        model = self.model\n        opt, sched = self.opt, self.sched\n        scaler = self.scaler\n",
+                "        model, opt, scaler = self.model, self.opt, self.scaler\n        sched = self.sched\n",
+            ),
+            expect=(
+                "        model, opt, scaler = self.model, self.opt, self.scaler\n",
+                "        def _step_fn():\n            scaler.step(opt)\n            opt.zero_grad()\n            sched.step()\n",
             ),
         ),
         Example(
