@@ -11,6 +11,7 @@ Hard: initialize's arguments are not the attributes it rebinds.
 import copy
 import math
 import os
+import tempfile
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -34,7 +35,7 @@ class Trainer:
         model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 3))
-        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level=opt_level, loss_scale="dynamic")
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level=opt_level, loss_scale="dynamic", verbosity=0)
         self.step = 0
 
     def resume(self, path):
@@ -71,14 +72,16 @@ class Trainer:
 
 def main():
     tr = Trainer()
-    tr.resume("ck.pt")
+    folder = tempfile.mkdtemp()
+    tr.resume(os.path.join(folder, "ck.pt"))  # nothing saved yet
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(8)]
     for i, (x, y) in enumerate(data):
         lv, ld = tr.train_step(x, y)
         print(f"step {tr.step} loss {lv!r} {ld!r}")
-    tr.save("ck.pt")
-    print("final scale", amp.state_dict())
+    tr.save(os.path.join(folder, "ck.pt"))
+    tr.resume(os.path.join(folder, "ck.pt"))
+    print(f"final scale {amp.state_dict()['loss_scaler0']['loss_scale']!r}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ the step. Refused today: the step's alias of ``self.model`` (RPM201) is not foll
 import copy
 import math
 import os
+import tempfile
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ class Trainer:
         model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 3))
-        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level=opt_level, loss_scale="dynamic")
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level=opt_level, loss_scale="dynamic", verbosity=0)
         self.ema = EMA(self.model)
         self.step = 0
 
@@ -84,7 +85,8 @@ class Trainer:
 
 def main():
     tr = Trainer()
-    tr.resume("ck.pt")
+    folder = tempfile.mkdtemp()
+    tr.resume(os.path.join(folder, "ck.pt"))  # nothing saved yet
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(8)]
     for i, (x, y) in enumerate(data):
@@ -92,8 +94,9 @@ def main():
         print(f"step {tr.step} loss {lv!r} {ld!r}")
         if i % 3 == 2:
             print("val", repr(tr.evaluate(data[:2])), "ema", repr(tr.evaluate(data[:2], use_ema=True)))
-    tr.save("ck.pt")
-    print("final scale", amp.state_dict())
+    tr.save(os.path.join(folder, "ck.pt"))
+    tr.resume(os.path.join(folder, "ck.pt"))
+    print(f"final scale {amp.state_dict()['loss_scaler0']['loss_scale']!r}")
 
 
 if __name__ == "__main__":
