@@ -13,7 +13,10 @@ The shape (a trainer class building its model and optimizer in a method)::
         def restore(self, state): ... load_state_dict(...)
 
 :class:`HeldOnSelf` checks that ``initialize`` rebinds the same two attributes of the
-method's own ``self`` (or one, for a model-only call), directly in a method of a class.
+method's own ``self`` (or one, for a model-only call), directly in a method of a class, from
+those attributes or from locals that the method does not mention after the call (the
+attributes then hold the only live references). In the step, a local alias of the model
+(``model = self.model``) is refused (RPM201, :func:`held_alias`).
 After the steps are planned, :meth:`HeldOnSelf.plan_other_uses` walks every ``.model`` /
 ``.optimizer`` attribute of the module (by the attribute names): those of the class's own
 ``self`` outside the steps may only read or load state dicts or switch train/eval mode; they
@@ -63,7 +66,7 @@ class HeldOnSelf:
         """The holder of ``<target> = amp.initialize(...)``; :class:`Blocked` for any other shape."""
         why = (
             f"`{code(target)} = amp.initialize(...)`: only `self.model, self.optimizer = "
-            "amp.initialize(self.model, self.optimizer, ...)` (or of locals not used after it) in a method "
+            "amp.initialize(self.model, self.optimizer, ...)` (or of locals all unused after it) in a method "
             "of a class is followed"
         )
         facts = attributes.facts
@@ -83,8 +86,9 @@ class HeldOnSelf:
             or len(names) != len(values)
             or len(values) not in (1, 2)
             or len(positional) != len(values)
-            or any(
-                code(p) != code(v) and not _spent_local(facts, p, method, statement) for p, v in zip(positional, values)
+            or not (
+                all(code(p) == code(v) for p, v in zip(positional, values))
+                or all(_spent_local(facts, p, method, statement) for p in positional)
             )
         ):
             raise Blocked(call, "RPM201", why)

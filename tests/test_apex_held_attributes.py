@@ -59,7 +59,7 @@ def test_a_local_used_after_initialize_is_refused() -> None:
     source = _variant("        self.keep = None\n", "        self.keep = model\n")
     [(line, code, message)] = _refused(source)
     assert (line, code) == (_line(source, "self.model, self.optimizer ="), "RPM201")
-    assert "locals not used after it" in message
+    assert "locals all unused after it" in message
 
 
 def test_the_steps_alias_of_the_held_model_is_refused_at_the_alias() -> None:
