@@ -31,7 +31,7 @@ from typing import Any, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from .apex_attributes import HeldOnSelf
+from .apex_attributes import HeldOnSelf, held_alias
 from .apex_extras import EXTRAS, plan_extra, refusal
 from .apex_plain import (
     PlainSetup,
@@ -171,6 +171,10 @@ class ApexStepBuilder(StepBuilder):
         called = {
             name for name in candidates for statement in self.body[: self.index] if self.model_calls(statement, name)
         }
+        if not called:
+            alias = held_alias(self.body[: self.index], self.rules.held_models(self.backward))
+            if alias is not None:
+                raise alias
         if len(called) != 1:
             raise Blocked(
                 self.backward,

@@ -13,7 +13,10 @@ The shape (a trainer class building its model and optimizer in a method)::
         def restore(self, state): ... load_state_dict(...)
 
 :class:`HeldOnSelf` checks that ``initialize`` rebinds the same two attributes of the
-method's own ``self`` (or one, for a model-only call), directly in a method of a class.
+method's own ``self`` (or one, for a model-only call), directly in a method of a class, from
+those attributes or from locals that the method does not mention after the call (the
+attributes then hold the only live references). In the step, a local alias of the model
+(``model = self.model``) is refused (RPM201, :func:`held_alias`).
 After the steps are planned, :meth:`HeldOnSelf.plan_other_uses` walks every ``.model`` /
 ``.optimizer`` attribute of the module (by the attribute names): those of the class's own
 ``self`` outside the steps may only read or load state dicts or switch train/eval mode; they
@@ -28,9 +31,10 @@ objects further is the general attribute-following of the torch path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Set
+from typing import Optional, Sequence, Set
 
 import libcst as cst
+import libcst.matchers as m
 
 from .attributes import InstanceAttributes
 from .names import ModuleFacts
@@ -38,7 +42,7 @@ from .plan import Blocked, Plan
 from .synchronize import Synchronizations
 from .syntax import code
 
-__all__ = ["HeldOnSelf"]
+__all__ = ["HeldOnSelf", "held_alias"]
 
 _MODEL_STATE = ("state_dict", "load_state_dict")
 _MODES = ("train", "eval")
@@ -62,7 +66,8 @@ class HeldOnSelf:
         """The holder of ``<target> = amp.initialize(...)``; :class:`Blocked` for any other shape."""
         why = (
             f"`{code(target)} = amp.initialize(...)`: only `self.model, self.optimizer = "
-            "amp.initialize(self.model, self.optimizer, ...)` in a method of a class is followed"
+            "amp.initialize(self.model, self.optimizer, ...)` (or of locals all unused after it) in a method "
+            "of a class is followed"
         )
         facts = attributes.facts
         targets = list(target.elements) if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -81,7 +86,10 @@ class HeldOnSelf:
             or len(names) != len(values)
             or len(values) not in (1, 2)
             or len(positional) != len(values)
-            or any(code(p) != code(v) for p, v in zip(positional, values))
+            or not (
+                all(code(p) == code(v) for p, v in zip(positional, values))
+                or all(_spent_local(facts, p, method, statement) for p in positional)
+            )
         ):
             raise Blocked(call, "RPM201", why)
         return cls(attributes, owner, names[0], names[1] if len(names) == 2 else None, statement)
@@ -130,8 +138,9 @@ class HeldOnSelf:
                 raise Blocked(
                     statement,
                     "RPM201",
-                    f"`{code(node)}` is used here other than for its state dict"
-                    f"{' or train/eval mode' if attribute == self.model else ''}, outside the training step; "
+                    f"`{code(node)}` is {self._use_of(node)} here, outside the training step, where only "
+                    f"{'its state dict and train/eval mode are' if attribute == self.model else 'its state dict is'} "
+                    "followed; "
                     "migrate by hand",
                 )
             if attribute == self.model and method in _MODEL_STATE:
@@ -154,12 +163,72 @@ class HeldOnSelf:
             and self.held(node, node.attr.value)
         )
 
+    def _use_of(self, node: cst.Attribute) -> str:
+        """What the statement does with ``node``, in words (for a refusal)."""
+        outer = self.facts.parent(node)
+        if isinstance(outer, cst.Call) and outer.func is node:
+            return "called (a forward pass)"
+        argument = self.facts.parent(outer) if isinstance(outer, cst.Arg) else None
+        if isinstance(argument, cst.Call):
+            return f"passed to `{code(argument.func)}(...)` (another object holding it is not followed)"
+        if isinstance(outer, cst.Assign):
+            return "bound to another name (aliases are not followed)"
+        return "used other than for its state dict or mode"
+
     def _method_called(self, node: cst.Attribute) -> Optional[str]:
         outer = self.facts.parent(node)
         call = self.facts.parent(outer) if isinstance(outer, cst.Attribute) else None
         if isinstance(outer, cst.Attribute) and isinstance(call, cst.Call) and call.func is outer:
             return outer.attr.value
         return None
+
+
+def held_alias(statements: Sequence[cst.BaseStatement], held: Set[str]) -> Optional[Blocked]:
+    """Why a step whose model is a local alias of a held model (``model = self.model``
+    among ``statements``, ``held``: the held models' expressions there) is refused
+    (RPM201), or None when no statement binds such an alias."""
+    for statement in statements:
+        for assign in m.findall(statement, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            assert isinstance(assign, cst.Assign)
+            alias = code(assign.targets[0].target)
+            if code(assign.value) in held and _calls(statements, alias):
+                return Blocked(
+                    statement,
+                    "RPM201",
+                    f"`{alias} = {code(assign.value)}`: the step calls `{alias}`, a local alias of the "
+                    "attribute holding amp.initialize's model; aliases are not followed: call "
+                    f"`{code(assign.value)}(...)` in the step, or migrate by hand",
+                )
+    return None
+
+
+def _spent_local(
+    facts: ModuleFacts, argument: cst.BaseExpression, method: Optional[cst.CSTNode], statement: cst.BaseStatement
+) -> bool:
+    """``argument`` is a plain name that ``method`` does not mention after ``statement``
+    (a local handed to initialize and dropped: the attribute holds the only live reference)."""
+    if not isinstance(argument, cst.Name) or method is None:
+        return False
+    after = facts.order(statement)
+    return not [
+        name
+        for name in facts.subtree(method, cst.Name)
+        if name.value == argument.value
+        and facts.order(name) > after
+        and not facts.within(name, statement)
+        and not _attribute_name(facts, name)
+    ]
+
+
+def _attribute_name(facts: ModuleFacts, name: cst.Name) -> bool:
+    """``name`` is the attribute part of ``x.<name>`` (not a variable)."""
+    outer = facts.parent(name)
+    return isinstance(outer, cst.Attribute) and outer.attr is name
+
+
+def _calls(statements: Sequence[cst.BaseStatement], name: str) -> bool:
+    """Some statement of ``statements`` calls ``name``."""
+    return any(m.findall(s, m.Call(func=m.Name(name))) for s in statements)
 
 
 def _name_of(node: cst.BaseExpression) -> Optional[str]:

@@ -76,10 +76,12 @@ RULE = Rule(
     implemented_in=("apex_extras.py", "apex_attributes.py", "apex_amp.py"),
     patterns=(
         Pattern(
-            "`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)` in a method of a class",
-            "`roundpipe.compat.initialize(...)`; the step on `self.model`/`self.optimizer` in the class's methods migrates as any apex step; other uses of them in the class may only read or load state dicts or switch train/eval: `self.model.synchronize()` before, the model's state dict through `self.model.model`; a use through another object (`learner.model`), a nested function or a subclass refuses the file (RPM201) naming it",
-            "类的方法中的 `self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`",
-            "改为 `roundpipe.compat.initialize(...)`；类方法中基于 `self.model`/`self.optimizer` 的训练步骤按普通 apex 步骤迁移；类中对它们的其他使用只能读取或加载状态字典、切换 train/eval：在其前插入 `self.model.synchronize()`，模型的状态字典改经 `self.model.model`；通过其他对象（`learner.model`）、嵌套函数或子类的使用会使文件被拒绝（RPM201），并指明位置",
+            "`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)` (or of locals unused "
+            "after it) in a method of a class",
+            "`roundpipe.compat.initialize(...)`; the step on `self.model`/`self.optimizer` in the class's methods migrates as any apex step; other uses of them in the class may only read or load state dicts or switch train/eval: `self.model.synchronize()` before, the model's state dict through `self.model.model`; a use through another object (`learner.model`), a nested function or a subclass refuses the file (RPM201) naming it; so does a local alias of the model in the step (`model = self.model`)",
+            "类的方法中的 `self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`"
+            "（或其参数为此后不再使用的局部变量）",
+            "改为 `roundpipe.compat.initialize(...)`；类方法中基于 `self.model`/`self.optimizer` 的训练步骤按普通 apex 步骤迁移；类中对它们的其他使用只能读取或加载状态字典、切换 train/eval：在其前插入 `self.model.synchronize()`，模型的状态字典改经 `self.model.model`；通过其他对象（`learner.model`）、嵌套函数或子类的使用会使文件被拒绝（RPM201），并指明位置；训练步骤中模型的局部别名（`model = self.model`）同样如此",
         ),
         Pattern(
             "apex `FusedAdam`/`FusedSGD`/`FusedAdagrad(...)`",
@@ -114,6 +116,21 @@ RULE = Rule(
         Example(_HELD + "\n\ndef report(learner):\n    print(learner.model)\n", codes=("RPM201",)),
         Example(
             _HELD.replace("amp.initialize(self.model, self.optimizer,", "amp.initialize(model, self.optimizer,"),
+            codes=("RPM201",),
+        ),
+        Example(
+            _HELD.replace(
+                "        self.model = model\n        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+                "        self.model, self.optimizer = amp.initialize(self.model, self.optimizer,",
+                "        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                "        self.model, self.optimizer = amp.initialize(model, optimizer,",
+            ),
+            expect=("roundpipe.compat.initialize(model, optimizer, ", "        self.model.step(_step_fn)\n"),
+        ),
+        Example(
+            _HELD.replace("mse_loss(self.model(x), y)", "mse_loss(model(x), y)").replace(
+                "    def fit(self, x, y):\n", "    def fit(self, x, y):\n        model = self.model\n"
+            ),
             codes=("RPM201",),
         ),
         Example(
