@@ -24,14 +24,19 @@ PER_TEST_VARIABLE = "PYTEST_CURRENT_TEST"
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def run_script(source: str, folder: pathlib.Path, name: str) -> str:
-    """Write ``source`` to ``folder / name``, run it as ``__main__`` in this process, and
-    return what it printed."""
+def run_script(source: str, folder: pathlib.Path, name: str, argv: Sequence[str] = ()) -> str:
+    """Write ``source`` to ``folder / name``, run it as ``__main__`` in this process with
+    ``argv`` as its arguments (``sys.argv`` is put back after), and return what it printed."""
     script = folder / name
     script.write_text(source)
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
+    saved = list(sys.argv)
+    sys.argv = [str(script), *argv]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv[:] = saved
     return out.getvalue()
 
 

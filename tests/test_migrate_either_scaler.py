@@ -8,14 +8,10 @@ original's numbers under ``--exact`` (the default form runs as many steps). A co
 with a branch that is no GradScaler stays refused, and the diagnostic names that binding.
 """
 
-import contextlib
-import io
-import runpy
-import sys
-
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 PROGRAM = """
 import sys
@@ -82,20 +78,6 @@ def _program(scaler: str) -> str:
     return PROGRAM.replace("        #SCALER#\n", scaler)
 
 
-def _run(source: str, tmp_path, name: str, argv) -> str:
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    out = io.StringIO()
-    saved = list(sys.argv)
-    sys.argv = [str(script), *argv]
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(str(script), run_name="__main__")
-    finally:
-        sys.argv[:] = saved
-    return out.getvalue()
-
-
 @pytest.mark.parametrize(
     "scaler",
     [
@@ -116,10 +98,10 @@ def test_a_scaler_built_in_every_branch_migrates_with_the_same_numbers(scaler, t
         again = migrate_source(result.migrated, "train.py", exact=result is exact)
         assert again.migrated == result.migrated and not again.diagnostics
     for argv in ([], ["--no-amp"]):
-        original = _run(source, tmp_path, "original", argv)
+        original = run_script(source, tmp_path, "original.py", argv)
         assert original.count("step ") == 5
-        assert _run(exact.migrated, tmp_path, "exact", argv) == original
-        assert _run(default.migrated, tmp_path, "default", argv).count("step ") == 5
+        assert run_script(exact.migrated, tmp_path, "exact.py", argv) == original
+        assert run_script(default.migrated, tmp_path, "default.py", argv).count("step ") == 5
 
 
 def test_a_scaler_that_only_some_branches_build_is_refused_naming_its_binding():

@@ -9,14 +9,10 @@ runs as many steps), on the AMP path and the plain one. A scaler the method bind
 something the migration does not follow is still refused, naming that binding.
 """
 
-import contextlib
-import io
-import runpy
-import sys
-
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 PROGRAM = """
 import sys
@@ -68,20 +64,6 @@ def _program(aliases: str) -> str:
     return PROGRAM.replace("        #ALIASES#\n", aliases)
 
 
-def _run(source: str, tmp_path, name: str, argv) -> str:
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    out = io.StringIO()
-    saved = list(sys.argv)
-    sys.argv = [str(script), *argv]
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(str(script), run_name="__main__")
-    finally:
-        sys.argv[:] = saved
-    return out.getvalue()
-
-
 @pytest.mark.parametrize(
     "aliases",
     [
@@ -101,10 +83,10 @@ def test_a_scaler_unpacked_from_the_instance_migrates_with_the_same_numbers(alia
         again = migrate_source(result.migrated, "train.py", exact=result is exact)
         assert again.migrated == result.migrated and not again.diagnostics
     for argv in ([], ["--no-amp"]):
-        original = _run(source, tmp_path, "original", argv)
+        original = run_script(source, tmp_path, "original.py", argv)
         assert original.count("step ") == 5
-        assert _run(exact.migrated, tmp_path, "exact", argv) == original
-        assert _run(default.migrated, tmp_path, "default", argv).count("step ") == 5
+        assert run_script(exact.migrated, tmp_path, "exact.py", argv) == original
+        assert run_script(default.migrated, tmp_path, "default.py", argv).count("step ") == 5
 
 
 def test_an_unfollowed_scaler_of_a_called_method_names_its_binding():
