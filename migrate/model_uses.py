@@ -109,7 +109,9 @@ class ModelUses:
                 if given is not None:  # put in a state object: its reads are the model's
                     queue.append((self.rules.state_objects.field(*given), given[1], 0))
                     continue
-                if plan_container_use(self.facts, self.rules.plan, access, name):  # `model[0]` -> `model.model[0]`
+                # `model[0]` -> `model.model[0]`; not for a parameter rebound as `nets = [nets]`
+                container = not self._rebound_parameter(name, scope)
+                if container and plan_container_use(self.facts, self.rules.plan, access, name):
                     self._after_training(access, name, after)
                 check_weight_write(self.facts, self.rules.plan, access, name)
                 parent = self.facts.parent(access)
@@ -138,6 +140,14 @@ class ModelUses:
         )
         self._feeds.check(self.rules.plan.edits)
         check_gradient_reads(self.facts, self.rules.plan)
+
+    def _rebound_parameter(self, name: str, scope: object) -> bool:
+        """``name`` is a parameter of a function the model is handed to, bound again in that
+        function (``if not isinstance(nets, list): nets = [nets]``)."""
+        if isinstance(scope, (InstanceFamily, StateField)):
+            return False
+        bindings = self.rules.assignments(name, scope)
+        return len(bindings) > 1 and any(isinstance(binding, cst.Param) for binding in bindings)
 
     def _plan_argument(
         self, arg: cst.Arg, access: cst.BaseExpression, name: str, after: int

@@ -8,13 +8,10 @@ program stays refused, with the blocker named: a layer run where the model is tr
 (RPM147), a layer reached inside the step function (RPM142), a method that reads the model.
 """
 
-import contextlib
-import io
-import runpy
-
 import pytest
 
 from migrate.engine import migrate_source
+from script_runs import run_script
 
 PROGRAM = """
 import torch
@@ -71,15 +68,6 @@ def _program(after: str = "", template: str = PROGRAM) -> str:
     return template.replace("        #STEP#\n", "").replace("    #AFTER#\n", after)
 
 
-def _run(source: str, tmp_path, name: str) -> str:
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(script), run_name="__main__")
-    return out.getvalue()
-
-
 @pytest.mark.parametrize(
     "after",
     ["", "    for layer in model:\n        print(type(layer).__name__)\n"],
@@ -99,10 +87,10 @@ def test_layers_and_weight_free_methods_go_to_the_wrapped_module(after, tmp_path
         assert again.migrated == result.migrated and not again.diagnostics
     text = default.migrated  # the last asynchronous step is waited for before the layers are read after training
     assert text.index("model.step(_step_fn)") < text.index("\n    model.synchronize()\n") < text.index("first {")
-    original = _run(source, tmp_path, "original")
+    original = run_script(source, tmp_path, "original.py")
     assert original.count("step ") == 5
-    assert _run(exact.migrated, tmp_path, "exact") == original
-    assert _run(default.migrated, tmp_path, "default").count("step ") == 5
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
+    assert run_script(default.migrated, tmp_path, "default.py").count("step ") == 5
 
 
 @pytest.mark.parametrize(
@@ -145,3 +133,50 @@ def test_uses_that_would_change_the_program_are_refused(change, code, text):
     assert result.migrated == source
     assert [d.code for d in result.diagnostics] == [code], [d.format() for d in result.diagnostics]
     assert text in result.diagnostics[0].message
+
+
+REBOUND = """
+import torch
+import torch.nn as nn
+
+
+def set_requires_grad(nets, flag):
+    if not isinstance(nets, list):
+        nets = [nets]
+    for net in nets:
+        for param in net.parameters():
+            param.requires_grad = flag
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(16, 4, generator=gen), torch.randn(16, 1, generator=gen)
+        set_requires_grad(model, True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = (model(x).float() - y).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        print(f"step {step} loss {loss.item()!r}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_parameter_rebound_in_the_function_it_is_handed_to_is_not_taken_for_the_container(tmp_path):
+    """``nets = [nets]`` (CycleGAN's ``set_requires_grad``): ``for net in nets`` iterates the
+    list, so it must not become ``nets.model``."""
+    exact = migrate_source(REBOUND, "train.py", exact=True)
+    assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
+    assert "    for net in nets:\n" in exact.migrated
+    original = run_script(REBOUND, tmp_path, "original.py")
+    assert original.count("step ") == 4
+    assert run_script(exact.migrated, tmp_path, "exact.py") == original
