@@ -18,6 +18,9 @@ variable of a loop over ``model.parameters()``: see :mod:`migrate.weight_views`)
 - a cast of its floating-point type (``.half()``, ``.float()``, ``.double()``,
   ``.bfloat16()``, ``.type(...)``, ``.to(...)`` given a ``torch`` dtype or ``dtype=``): the
   copies keep their type, so the model would train in another precision than the original.
+  A module's cast returns the module itself; so a cast whose result is used as a tensor
+  (``model.emb.weight.double().sum()``: a tensor method no module has, or arithmetic) was
+  a tensor's, which makes a new tensor: a read. The model itself is always taken for a module.
 
 ``load_state_dict`` is not such a write: RoundPipe refreshes the copies after it. Statements
 moved into a step function run on the copies' side and are not looked at.
@@ -52,6 +55,12 @@ _VECTOR_TO_PARAMETERS = "torch.nn.utils.vector_to_parameters"
 _WRITING_METHODS = {"apply", "reset_parameters"}
 _NOT_WRITES = {"requires_grad_"}
 _CASTS = {"half", "float", "double", "bfloat16", "type"}
+#: tensor attributes and methods that ``nn.Module`` has not: used on a cast's result, they
+#: show the cast was a tensor's
+_TENSOR_ONLY = frozenset(
+    "item tolist numpy sum mean norm abs max min amax amin std var prod numel dim size shape dtype clone "
+    "allclose equal any all isfinite isnan square sqrt pow".split()
+)
 _DTYPES = {"float16", "half", "float32", "float", "float64", "double", "bfloat16", "complex64", "complex128"}
 
 
@@ -72,7 +81,8 @@ def check_weight_write(facts: ModuleFacts, plan: Plan, access: cst.BaseExpressio
     for holder in weight_holders(facts, access):
         if holder.expression is not access and _in_step(facts, plan, holder.expression):
             continue
-        write = _write_at(facts, holder.expression, holder.is_root, holder.tensor)
+        tensor = holder.tensor or (holder.expression is not access and _cast_used_as_tensor(facts, holder.expression))
+        write = _write_at(facts, holder.expression, holder.is_root, tensor)
         if write is not None:
             _refuse(facts, write, holder.loop, name)
 
@@ -102,6 +112,22 @@ def _write_at(facts: ModuleFacts, held: cst.BaseExpression, is_root: bool, tenso
     if not is_root and isinstance(parent, cst.AssignTarget) and parent.target is held:
         return parent
     return None
+
+
+def _cast_used_as_tensor(facts: ModuleFacts, held: cst.BaseExpression) -> bool:
+    """``held.double()`` (any method call on ``held``) whose result is used as only a tensor
+    can be: a tensor method no ``nn.Module`` has (``.sum()``, ``.item()``) or an operand of
+    arithmetic. A module's cast returns the module, so ``held`` holds a tensor."""
+    method = facts.parent(held)
+    call = facts.parent(method)
+    if not (isinstance(method, cst.Attribute) and isinstance(call, cst.Call) and call.func is method):
+        return False
+    use = facts.parent(call)
+    if isinstance(use, cst.Attribute) and use.value is call:
+        return use.attr.value in _TENSOR_ONLY
+    if isinstance(use, cst.BinaryOperation):
+        return True
+    return isinstance(use, cst.UnaryOperation) and not isinstance(use.operator, cst.Not)
 
 
 def _writes_argument(facts: ModuleFacts, call: cst.Call, arg: cst.Arg) -> bool:

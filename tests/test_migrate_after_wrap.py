@@ -107,6 +107,9 @@ WEIGHT_WRITES = {
     "cast-to-dtype": ("model.to(torch.float64)", "model.to(torch.float64)"),
     "cast-to-device-and-dtype": ('model.to("cpu", torch.bfloat16)', "torch.bfloat16"),
     "cast-to-dtype-keyword": ("model.to(dtype=torch.float16)", "dtype=torch.float16"),
+    # a module's cast returns the module: a module method on the result keeps it a module cast
+    "cast-submodule-then-eval": ("model.head.double().eval()", "model.head.double()"),
+    "cast-submodule-bound": ("head = model.head.half()", "model.head.half()"),
     # reached through a call, a builtin, a name or a comprehension (each migrated before with
     # other numbers: the write missed the optimizer's copies)
     "through-get-submodule": ('model.get_submodule("head").weight.data.mul_(0.5)', "get_submodule"),
@@ -188,6 +191,13 @@ WEIGHT_READS = {
     "enumerated-shapes": "for i, p in enumerate(model.parameters()):\n    shape = (i, p.shape)",
     "norm-written": "norm = model.head.weight.norm()\nnorm.mul_(2)",
     "cast-of-a-parameter": "weight = next(model.parameters()).float().sum().item()",
+    # a parameter reached by attribute, its cast used as a tensor: a module's cast returns the
+    # module, which has no ``sum``, no ``tolist`` and no arithmetic
+    "cast-of-an-attribute-summed": "weight = model.head.weight.double().sum().item()",
+    "cast-of-an-attribute-listed": "weight = model.head.bias.half().tolist()",
+    "cast-of-an-attribute-scaled": "weight = model.head.weight.float() * 2",
+    "to-dtype-of-an-attribute-summed": "weight = model.head.weight.to(torch.float64).sum()",
+    "type-of-an-attribute-normed": "weight = model.head.weight.type(torch.float64).norm()",
     "state-dict-cloned": "frozen = {k: v.clone() for k, v in model.state_dict().items()}",
     "frozen-by-attribute": "for p in model.body.parameters():\n    p.requires_grad = False",
     "gradients-dropped": "for p in model.parameters():\n    p.grad = None",
@@ -211,6 +221,22 @@ def test_a_device_move_after_the_optimizer_is_not_a_weight_write(tmp_path):
     result = migrate_source(source, "train.py", exact=True)
     assert result.status == "migrated", [d.format() for d in result.diagnostics]
     assert _run(result.migrated, tmp_path, "migrated") == _run(source, tmp_path, "original")
+
+
+def test_a_parameter_cast_read_after_training_synchronizes_first(tmp_path):
+    """``model.head.weight.double().sum()`` after the loop reads a parameter (a tensor's cast
+    makes a new tensor); in the default form it waits for the last step first."""
+    loop_print = '        print(f"step {step} loss {loss.item():.6f}")\n'
+    read = '    print("w", repr(model.head.weight.double().sum().item()))\n'
+    source = _program().replace(loop_print, loop_print + read)
+    result = migrate_source(source, "train.py", exact=False)
+    assert result.status == "migrated", [d.format() for d in result.diagnostics]
+    assert "    model.synchronize()\n" + read in result.migrated
+    migrated = _run(result.migrated, tmp_path, "migrated")  # the default form: steps overlap, numbers differ
+    assert migrated.count("step ") == 4 and migrated.count("\nw ") == 1
+    exact = migrate_source(source, "train.py", exact=True)
+    assert exact.status == "migrated", [d.format() for d in exact.diagnostics]
+    assert _run(exact.migrated, tmp_path, "exact") == _run(source, tmp_path, "original")
 
 
 def test_freezing_a_parameter_after_the_optimizer_is_not_a_weight_write():
