@@ -642,6 +642,45 @@ def _refuse_instances_reached_across(
                     "files; file left unchanged",
                 )
                 break
+            if not direct and other != path:
+                _refuse_instance_models_handed_out(files, results[other], path, set(held), models, joined[path])
+
+
+def _refuse_instance_models_handed_out(
+    files: Mapping[str, ProjectFile],
+    result: FileResult,
+    path: str,
+    classes: Set[str],
+    models: Set[str],
+    group: AbstractSet[str],
+) -> None:
+    """The file of ``result``, analysed with ``path`` as one module (``group``), hands the
+    wrapped model of an instance of one of ``classes`` (``trainer.model``, ``models`` naming
+    the attributes) to a function of a given file outside the group
+    (``evaluate(trainer.model, x)`` of utils.py): refused as a plain model handed across
+    files is (:func:`_refuse_models_handed_across`). The migrated text is checked, so a
+    call the analysis gave the wrapped module instead (``trainer.model.model``) is not."""
+    project_file = files[result.path]
+    instances = _instances_built(project_file, path, classes)
+    handed = {f"{instance}.{attribute}" for instance in instances for attribute in models}
+    if not handed:
+        return
+    imported = _imported_functions(project_file)
+    found: List[Tuple[int, str, str, str]] = []  # (original line, model, callee, its file)
+    for node in ast.walk(ast.parse(result.migrated)):
+        callee = _callee(node, imported) if isinstance(node, ast.Call) else None
+        passed = _names_passed(node, handed) if callee is not None and callee[1] not in group else []
+        if callee is not None and passed:
+            found.append((_original_line(project_file, callee[0], passed[0]), passed[0], callee[0], callee[1]))
+    if found:
+        line, model, name, target = min(found)
+        _refuse(
+            result,
+            line,
+            f"the model {model!r} would be wrapped with RoundPipe, but it is passed to {name}() of {target}, "
+            "which the migration does not follow across files (checkpoint keys, evaluation, other trainers); "
+            "file left unchanged",
+        )
 
 
 def _held_attributes(project_file: ProjectFile, result: FileResult, exact: bool) -> Dict[str, Set[str]]:
@@ -685,19 +724,9 @@ def _instance_attribute_use(
     such a name is handed to (:mod:`migrate.instance_handoffs`)."""
     if project_file.tree is None:
         return None
-    bound: Dict[str, str] = {}  # name under which the file calls the class -> the class
-    for edge in project_file.imports:
-        if edge.target == path:
-            bound.update({here: there for here, there in edge.names if there in classes})
-            if edge.module_alias:
-                bound.update({f"{edge.module_alias}.{c}": c for c in classes})
-    if not bound:  # the file does not import the classes: no instance of them to read
+    instances = _instances_built(project_file, path, classes)
+    if not instances:  # the file does not build instances of the classes: none to read
         return None
-    instances: Dict[str, str] = {}
-    for node in ast.walk(project_file.tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            built = bound.get(ast.unparse(node.value.func))
-            instances.update({t.id: built for t in node.targets if built and isinstance(t, ast.Name)})
     reads = [
         node
         for node in ast.walk(project_file.tree)
@@ -718,6 +747,25 @@ def _instance_attribute_use(
     if handed is None:
         return None
     return instances[handed.instance], handed.read, handed
+
+
+def _instances_built(project_file: ProjectFile, path: str, classes: Set[str]) -> Dict[str, str]:
+    """The names ``project_file`` assigns a construction of one of ``classes`` imported from
+    ``path`` (``trainer = Trainer()``, ``trainer = trainers.Trainer()``) -> that class."""
+    bound: Dict[str, str] = {}  # name under which the file calls the class -> the class
+    for edge in project_file.imports:
+        if edge.target == path:
+            bound.update({here: there for here, there in edge.names if there in classes})
+            if edge.module_alias:
+                bound.update({f"{edge.module_alias}.{c}": c for c in classes})
+    instances: Dict[str, str] = {}
+    if project_file.tree is None or not bound:
+        return instances
+    for node in ast.walk(project_file.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            built = bound.get(ast.unparse(node.value.func))
+            instances.update({t.id: built for t in node.targets if built and isinstance(t, ast.Name)})
+    return instances
 
 
 def _read_place(path: str, read: ast.Attribute, handed: Optional[HandedRead]) -> str:
