@@ -86,3 +86,39 @@ def test_a_schedule_closure_called_in_the_loop_waits_for_the_step(call, waits, t
     before_call = default.migrated.split(f"        {call}(step)")[0].rstrip().splitlines()[-1].strip()
     assert (before_call == "model.synchronize()") is waits
     assert run_script(default.migrated, tmp_path, "default.py").count("step ") == 6
+
+
+_OPTIMIZER = """    optimizer = torch.optim.AdamW(
+        [{"params": gain_or_bias_params, "weight_decay": 0.0}, {"params": rest_params, "weight_decay": 0.2}],
+        lr=0.02,
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    "change, blocker",
+    [
+        ('groups.append({"params": list(criterion.parameters()), "lr": 0.01})', "several models (criterion and model)"),
+        ("rest_params.extend(criterion.parameters())", "several models (criterion and model)"),
+        ("groups.append(extra)", "'groups' is changed"),
+    ],
+)
+def test_groups_changed_before_the_optimizer_are_refused(change, blocker):
+    """A group list changed after its assignment (``groups.append(...)``) may hold the
+    parameters of another module (a learned loss temperature): adopting that optimizer would
+    raise at run time, so it is refused statically, naming the statement."""
+    grouped = (
+        "    criterion = torch.nn.Linear(2, 2)\n"
+        "    extra = {}\n"
+        '    groups = [{"params": gain_or_bias_params, "weight_decay": 0.0},\n'
+        '              {"params": rest_params, "weight_decay": 0.2}]\n'
+        f"    {change}\n"
+        "    optimizer = torch.optim.AdamW(groups, lr=0.02)\n"
+    )
+    source = SCRIPT.replace("CALL", "scheduler").replace(_OPTIMIZER, grouped)
+    assert change in source and "AdamW(groups, lr=0.02)" in source
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status != "migrated"
+    assert [d.code for d in result.diagnostics if blocker in d.message] == ["RPM108"], [
+        d.format() for d in result.diagnostics
+    ]
