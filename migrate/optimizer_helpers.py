@@ -117,7 +117,7 @@ def _refuse_other_parameters(
     assert isinstance(call, cst.Call)
     inside = [call, *(value for _, value in followed)]
     owners = {grouped.func.value.value for node in inside for grouped in m.findall(node, _GROUPED)}  # type: ignore[attr-defined]
-    for name, _ in followed:
+    for name in _carriers(step, followed):
         scope = facts.scope(name)
         reads = facts.accesses(name.value, scope) if scope is not None else []
         for read in reads:
@@ -131,11 +131,25 @@ def _refuse_other_parameters(
                     "RPM108",
                     f"{name.value!r} is changed by line {facts.line(statement)} before the optimizer "
                     f"{built.name!r} is built on it: the parameters it holds there are not followed "
-                    f"(RoundPipe's optimizer copies take only {model!r}'s); left untouched",
+                    f"(RoundPipe's optimizer copies take only the parameters of {model!r}); left untouched",
                 )
             owners |= others
     if owners - {model}:
         raise Blocked(call, "RPM108", several_models_message(built.name, owners | {model}))
+
+
+def _carriers(step: "StepBuilder", followed: List[Tuple[cst.Name, cst.BaseExpression]]) -> List[cst.Name]:
+    """The followed names that hold parameters: bound to a value grouping some module's
+    (``named = list(model.named_parameters())``) or reading such a name (``decay = [p for
+    n, p in named ...]``); not the others (``args = parser.parse_args()`` for ``lr=args.lr``)."""
+    carrying: Set[str] = set()
+    for _ in range(_GROUPING_DEPTH + 1):
+        carrying |= {
+            name.value
+            for name, value in followed
+            if m.findall(value, _GROUPED) or carrying & {read.value for read in _read_names(step, value)}
+        }
+    return [name for name, _ in followed if name.value in carrying]
 
 
 def _read_names(step: "StepBuilder", node: cst.CSTNode) -> List[cst.Name]:
