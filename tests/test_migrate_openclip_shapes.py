@@ -10,10 +10,15 @@ default (asynchronous) form it must wait for the running step (``model.synchroni
 before it), or it races with the optimizer thread.
 """
 
+import shutil
+
 import pytest
 
 from migrate.engine import migrate_source
 from script_runs import run_script
+from test_migrate_projects import PROJECTS_ROOT, migrate_project
+
+PROJECT = PROJECTS_ROOT / "openclip_schedule_closure"
 
 SCRIPT = """
 import math
@@ -122,3 +127,43 @@ def test_groups_changed_before_the_optimizer_are_refused(change, blocker):
     assert [d.code for d in result.diagnostics if blocker in d.message] == ["RPM108"], [
         d.format() for d in result.diagnostics
     ]
+
+
+def _project_with_the_schedule_as(tmp_path, parameter: str, after_update: bool):
+    """tests/migrate_projects/openclip_schedule_closure copied to ``tmp_path``, its schedule
+    closure (built in main.py with the optimizer) handed to train.py's ``train_one_epoch``
+    as ``parameter``, and called there at the top of each iteration, or (``after_update``)
+    after ``scaler.update()``."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECT, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    train = folder / "train.py"
+    text = train.read_text().replace(", scheduler, args)", f", {parameter}, args)")
+    text = text.replace("scheduler(step)", f"{parameter}(step)")
+    if after_update:
+        text = text.replace(f"        if not args.skip_scheduler:\n            {parameter}(step)\n", "")
+        text = text.replace("        scaler.update()\n", f"        scaler.update()\n        {parameter}(step + 1)\n")
+    assert text.count(f"{parameter}(step") == 1
+    train.write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("parameter", ["scheduler", "lr_fn"])
+@pytest.mark.parametrize("after_update", [False, True])
+def test_a_schedule_handed_to_another_file_waits_and_its_migration_is_left_alone(parameter, after_update, tmp_path):
+    """The closure reaches the loop of another file under any parameter name (``lr_fn``):
+    beside the optimizer it may write the groups' lr, so it waits for the running step
+    (``model.synchronize()`` before it); the loss function handed in beside it feeds the
+    backward and does not wait. Run again on its migrated output, in either form,
+    the tool changes and reports nothing (RoundPipe's autograd form keeps
+    ``scaler.scale(loss).backward()`` with a scaler built in main.py)."""
+    folder = _project_with_the_schedule_as(tmp_path, parameter, after_update)
+    for exact in (False, True):
+        migrated = migrate_project(folder, tmp_path / f"out{exact}", exact=exact)
+        assert migrated.exit_code == 0 and sorted(migrated.changed) == ["main.py", "train.py"], migrated.codes
+        shutil.copy(folder / "precision.py", tmp_path / f"out{exact}")
+        train = migrated.changed["train.py"].decode()
+        waits = "model.synchronize()\n" + " " * (12 - 4 * after_update) + f"{parameter}(step"
+        assert (waits in train) is not exact, train
+        assert train.count("model.synchronize()") == (0 if exact else 1), train  # not before `loss(**model_out)`
+        again = migrate_project(tmp_path / f"out{exact}", tmp_path / f"again{exact}", exact=exact)
+        assert (again.exit_code, again.changed, again.codes) == (0, {}, [])
