@@ -124,6 +124,8 @@ def _refuse_other_parameters(
             if facts.order(read) > facts.order(call) or any(facts.within(read, node) for node in inside):
                 continue
             statement = facts.statement_of(read)
+            if _binds(statement, built.name):
+                continue  # the same optimizer built on them in another branch: `else: optimizer = SGD(groups)`
             others = {grouped.func.value.value for grouped in m.findall(statement, _GROUPED)}  # type: ignore[attr-defined]
             if not others - {model}:
                 raise Blocked(
@@ -136,6 +138,12 @@ def _refuse_other_parameters(
             owners |= others
     if owners - {model}:
         raise Blocked(call, "RPM108", several_models_message(built.name, owners | {model}))
+
+
+def _binds(statement: cst.BaseStatement, name: str) -> bool:
+    """``statement`` is a plain assignment of ``name`` (``optimizer = SGD(groups, ...)``)."""
+    small = only_assignment(statement)
+    return small is not None and any(code(target.target) == name for target in small.targets)
 
 
 def _carriers(step: "StepBuilder", followed: List[Tuple[cst.Name, cst.BaseExpression]]) -> List[cst.Name]:
