@@ -30,7 +30,7 @@ from .syntax import code, only_assignment
 if TYPE_CHECKING:
     from .steps import StepBuilder
 
-__all__ = ["helper_model", "plan_adopting_wrap"]
+__all__ = ["grouped_before", "helper_model", "plan_adopting_wrap"]
 
 
 #: how many assignments back the names an optimizer call is given are followed
@@ -62,6 +62,17 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     name, _ = found[0]
     _refuse_other_parameters(step, built, name, followed)
     return name, step.local_name_for(name, built)
+
+
+def grouped_before(step: "StepBuilder", built: Binding) -> Set[str]:
+    """The modules whose ``parameters()`` / ``named_parameters()`` the names given to the
+    optimizer call hold, through the earlier assignments of its scope (``groups = [{"params":
+    [p for n, p in model.named_parameters() ...]}]``; ``AdamW(groups + [...])``)."""
+    call = built.value
+    if not isinstance(call, cst.Call):
+        return set()
+    values = [value for _, value in _followed_groups(step, built, call)]
+    return {grouped.func.value.value for value in values for grouped in m.findall(value, _GROUPED)}  # type: ignore[attr-defined]
 
 
 def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:

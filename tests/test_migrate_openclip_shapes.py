@@ -167,3 +167,21 @@ def test_a_schedule_handed_to_another_file_waits_and_its_migration_is_left_alone
         assert train.count("model.synchronize()") == (0 if exact else 1), train  # not before `loss(**model_out)`
         again = migrate_project(tmp_path / f"out{exact}", tmp_path / f"again{exact}", exact=exact)
         assert (again.exit_code, again.changed, again.codes) == (0, {}, [])
+
+
+def test_another_modules_group_beside_followed_groups_is_refused():
+    """``AdamW(groups + [{"params": criterion.parameters()}])``: the followed ``groups`` hold
+    the model's parameters, the call another module's; one optimizer over two models is
+    refused (RPM108), not migrated with ``criterion`` taken for the model."""
+    grouped = (
+        "    criterion = torch.nn.Linear(2, 2)\n"
+        '    groups = [{"params": gain_or_bias_params, "weight_decay": 0.0},\n'
+        '              {"params": rest_params, "weight_decay": 0.2}]\n'
+        '    optimizer = torch.optim.AdamW(groups + [{"params": criterion.parameters()}], lr=0.02)\n'
+    )
+    source = SCRIPT.replace("CALL", "scheduler").replace(_OPTIMIZER, grouped)
+    assert "criterion.parameters()}], lr=0.02)" in source
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status != "migrated"
+    blockers = [d.code for d in result.diagnostics if "several models (criterion and model)" in d.message]
+    assert blockers == ["RPM108"], [d.format() for d in result.diagnostics]
