@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, List, Optional, Set
 
 import libcst as cst
+import libcst.matchers as m
 
 from .names import LR_SCHEDULER_PREFIX, ModuleFacts
 from .plan import Binding, Blocked
@@ -148,30 +149,36 @@ def _calls_a_schedule(
     optimizer, ...)`` returns a closure writing every group's lr), a scheduler by its
     binding or its name, or a parameter handed in beside the optimizer (``lr_fn`` of
     ``train_one_epoch(model, optimizer, lr_fn)``: the caller, maybe in another file, may
-    have built it with the optimizer, so it is taken for one, unless ``line`` computes what
-    the ``step``'s own statements read: ``losses = loss(**out)`` of the forward)."""
+    have built it with the optimizer, so it is taken for one, unless a call of it computes
+    what a backward or the ``step``'s own statements read: the model, ``loss(**out)``)."""
     if not isinstance(call.func, cst.Name) or facts.local_function(call) is not None:
         return False
     callee = call.func.value
     return (
         _built_with(facts, callee, line, optimizer)
         or _reads_scheduler(is_scheduler, callee, line)
-        or (_handed_in_beside(facts, call.func, optimizer) and not _feeds(facts, line, step))
+        or (_handed_in_beside(facts, call.func, optimizer) and not _computes_a_loss(facts, call.func, step))
     )
 
 
-def _feeds(facts: ModuleFacts, line: cst.CSTNode, step: Set[cst.CSTNode]) -> bool:
-    """What ``line`` assigns is read by one of the ``step`` nodes (the backward among them),
-    directly or through the lines of its function after it (``losses = loss(out)``; ``total =
-    sum(losses.values())``; ``scaler.scale(total).backward()``)."""
-    live = _assigned(facts, line)
-    function = facts.enclosing(line, (cst.FunctionDef,)) or facts.module
-    for later in facts.subtree(function, cst.SimpleStatementLine):
-        if facts.order(later) <= facts.order(line) or not live & facts.names_under(later):
-            continue
-        if any(facts.within(node, later) or facts.within(later, node) for node in step):
-            return True
-        live |= _assigned(facts, later)
+def _computes_a_loss(facts: ModuleFacts, callee: cst.Name, step: Set[cst.CSTNode]) -> bool:
+    """A line of ``callee``'s function calling it assigns what a backward or one of the
+    ``step`` nodes reads, directly or through the lines after it (``losses = loss(out)``;
+    ``total = sum(losses.values())``; ``scaler.scale(total).backward()``)."""
+    function = facts.enclosing(callee, (cst.FunctionDef,)) or facts.module
+    lines = facts.subtree(function, cst.SimpleStatementLine)
+    for line in lines:
+        calls = [c for c in facts.subtree(line, cst.Call) if m.matches(c.func, m.Name(callee.value))]
+        live = _assigned(facts, line) if calls else set()
+        for later in lines:
+            if facts.order(later) <= facts.order(line) or not live & facts.names_under(later):
+                continue
+            backward = any(
+                m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in facts.subtree(later, cst.Call)
+            )
+            if backward or any(facts.within(node, later) or facts.within(later, node) for node in step):
+                return True
+            live |= _assigned(facts, later)
     return False
 
 
