@@ -21,6 +21,7 @@ from libcst.metadata import Assignment
 
 from .attribute_aliases import local_aliases
 from .attributes import InstanceFamily
+from .multi_step import several_models_message
 from .optimizer_factories import factory_blocker
 from .origins import parameters_fed
 from .plan import Binding, Blocked
@@ -29,7 +30,7 @@ from .syntax import code, only_assignment
 if TYPE_CHECKING:
     from .steps import StepBuilder
 
-__all__ = ["helper_model", "plan_adopting_wrap"]
+__all__ = ["grouped_before", "helper_model", "plan_adopting_wrap"]
 
 
 #: how many assignments back the names an optimizer call is given are followed
@@ -48,7 +49,8 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     call = built.value
     if not isinstance(call, cst.Call):
         return None
-    names = [name for name, _ in _grouped_names(call)] + _grouped_before(step, built, call)
+    followed = _followed_groups(step, built, call)
+    names = [name for name, _ in _grouped_names(call)] + [g for _, value in followed for g, _ in _grouped_names(value)]
     if isinstance(built.scope, InstanceFamily):  # `self.opt = create_optimizer(args, self.model)`
         names += _attributes_passed(step, call)
     found = [(name, local) for name in dict.fromkeys(names) for local in _step_names(step, built, name)]
@@ -58,7 +60,19 @@ def helper_model(step: "StepBuilder", built: Binding) -> Optional[Tuple[str, str
     if blocker is not None:
         raise Blocked(call, "RPM108", f"{blocker}; left untouched")
     name, _ = found[0]
+    _refuse_other_parameters(step, built, name, followed)
     return name, step.local_name_for(name, built)
+
+
+def grouped_before(step: "StepBuilder", built: Binding) -> Set[str]:
+    """The modules whose ``parameters()`` / ``named_parameters()`` the names given to the
+    optimizer call hold, through the earlier assignments of its scope (``groups = [{"params":
+    [p for n, p in model.named_parameters() ...]}]``; ``AdamW(groups + [...])``)."""
+    call = built.value
+    if not isinstance(call, cst.Call):
+        return set()
+    values = [value for _, value in _followed_groups(step, built, call)]
+    return {grouped.func.value.value for value in values for grouped in m.findall(value, _GROUPED)}  # type: ignore[attr-defined]
 
 
 def _grouped_names(node: cst.BaseExpression) -> List[Tuple[str, cst.Name]]:
@@ -81,24 +95,80 @@ def _attributes_passed(step: "StepBuilder", call: cst.Call) -> List[str]:
     return [reference for reference in passed if reference is not None and "." in reference]
 
 
-def _grouped_before(step: "StepBuilder", built: Binding, call: cst.Call) -> List[str]:
-    """What the names among ``call``'s arguments group, through the earlier assignments of
-    the same scope they were bound by, and theirs in turn (OpenCLIP: ``named = list(model.
-    named_parameters())``; ``decay = [p for n, p in named if ...]``; ``AdamW([{"params":
-    decay, ...}, ...])``)."""
-    found: List[str] = []
+def _followed_groups(step: "StepBuilder", built: Binding, call: cst.Call) -> List[Tuple[cst.Name, cst.BaseExpression]]:
+    """The names among ``call``'s arguments with the values the earlier assignments of the
+    same scope bound them to, and the names those values read in turn (OpenCLIP: ``named =
+    list(model.named_parameters())``; ``decay = [p for n, p in named if ...]``;
+    ``AdamW([{"params": decay, ...}, ...])``)."""
+    followed: List[Tuple[cst.Name, cst.BaseExpression]] = []
     seen: Set[str] = set()
     pending = [name for arg in call.args for name in _read_names(step, arg.value)]
     for _ in range(_GROUPING_DEPTH):
-        values = []
+        found = []
         for name in pending:
             earlier = None if name.value in seen else _earlier_value(step, built, name)
             seen.add(name.value)
             if earlier is not None:
-                values.append(earlier)
-        found += [grouped for value in values for grouped, _ in _grouped_names(value)]
-        pending = [name for value in values for name in _read_names(step, value)]
-    return found
+                found.append((name, earlier))
+        followed += found
+        pending = [name for _, value in found for name in _read_names(step, value)]
+    return followed
+
+
+def _refuse_other_parameters(
+    step: "StepBuilder", built: Binding, model: str, followed: List[Tuple[cst.Name, cst.BaseExpression]]
+) -> None:
+    """Raise :class:`Blocked` (RPM108) when the optimizer call, or what it is given, may hold
+    parameters that are not ``model``'s: a group on another module's ``parameters()``
+    (``{"params": criterion.parameters()}``), or a followed name used by a statement before
+    the call (``groups.append(...)``), which may add any. ``adopt_optimizer`` takes only the
+    wrapped module's parameters (it raises at run time on any other)."""
+    facts = step.facts
+    call = built.value
+    assert isinstance(call, cst.Call)
+    inside = [call, *(value for _, value in followed)]
+    owners = {grouped.func.value.value for node in inside for grouped in m.findall(node, _GROUPED)}  # type: ignore[attr-defined]
+    for name in _carriers(step, followed):
+        scope = facts.scope(name)
+        reads = facts.accesses(name.value, scope) if scope is not None else []
+        for read in reads:
+            if facts.order(read) > facts.order(call) or any(facts.within(read, node) for node in inside):
+                continue
+            statement = facts.statement_of(read)
+            if _binds(statement, built.name):
+                continue  # the same optimizer built on them in another branch: `else: optimizer = SGD(groups)`
+            others = {grouped.func.value.value for grouped in m.findall(statement, _GROUPED)}  # type: ignore[attr-defined]
+            if not others - {model}:
+                raise Blocked(
+                    statement,
+                    "RPM108",
+                    f"{name.value!r} is changed by line {facts.line(statement)} before the optimizer "
+                    f"{built.name!r} is built on it: the parameters it holds there are not followed "
+                    f"(RoundPipe's optimizer copies take only the parameters of {model!r}); left untouched",
+                )
+            owners |= others
+    if owners - {model}:
+        raise Blocked(call, "RPM108", several_models_message(built.name, owners | {model}))
+
+
+def _binds(statement: cst.BaseStatement, name: str) -> bool:
+    """``statement`` is a plain assignment of ``name`` (``optimizer = SGD(groups, ...)``)."""
+    small = only_assignment(statement)
+    return small is not None and any(code(target.target) == name for target in small.targets)
+
+
+def _carriers(step: "StepBuilder", followed: List[Tuple[cst.Name, cst.BaseExpression]]) -> List[cst.Name]:
+    """The followed names that hold parameters: bound to a value grouping some module's
+    (``named = list(model.named_parameters())``) or reading such a name (``decay = [p for
+    n, p in named ...]``); not the others (``args = parser.parse_args()`` for ``lr=args.lr``)."""
+    carrying: Set[str] = set()
+    for _ in range(_GROUPING_DEPTH + 1):
+        carrying |= {
+            name.value
+            for name, value in followed
+            if m.findall(value, _GROUPED) or carrying & {read.value for read in _read_names(step, value)}
+        }
+    return [name for name, _ in followed if name.value in carrying]
 
 
 def _read_names(step: "StepBuilder", node: cst.CSTNode) -> List[cst.Name]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, List, Optional, Set
 
 import libcst as cst
+import libcst.matchers as m
 
 from .names import LR_SCHEDULER_PREFIX, ModuleFacts
 from .plan import Binding, Blocked
@@ -115,7 +116,7 @@ def optimizer_writes(
                 return True
             if any(dotted(arg.value) == optimizer for arg in call.args) and _called_name(call) not in trainers:
                 return True
-            if _calls_a_schedule(facts, call, line, optimizer, is_scheduler):
+            if _calls_a_schedule(facts, call, line, optimizer, is_scheduler, skipped):
                 return True
         return False
 
@@ -141,15 +142,67 @@ def _calls_a_schedule(
     line: cst.CSTNode,
     optimizer: str,
     is_scheduler: Callable[[str, cst.CSTNode], bool],
+    step: Set[cst.CSTNode],
 ) -> bool:
-    """``call`` calls a name (not a function of this module) holding a schedule
+    """``call`` calls a name (not a function of this module) that may hold a schedule
     (``scheduler(step)``): built by a call given ``optimizer`` (OpenCLIP's ``cosine_lr(
-    optimizer, ...)`` returns a closure writing every group's lr), or a scheduler by its
-    binding or its name."""
+    optimizer, ...)`` returns a closure writing every group's lr), a scheduler by its
+    binding or its name, or a parameter handed in beside the optimizer (``lr_fn`` of
+    ``train_one_epoch(model, optimizer, lr_fn)``: the caller, maybe in another file, may
+    have built it with the optimizer, so it is taken for one, unless a call of it computes
+    what a backward or the ``step``'s own statements read: the model, ``loss(**out)``)."""
     if not isinstance(call.func, cst.Name) or facts.local_function(call) is not None:
         return False
     callee = call.func.value
-    return _built_with(facts, callee, line, optimizer) or _reads_scheduler(is_scheduler, callee, line)
+    return (
+        _built_with(facts, callee, line, optimizer)
+        or _reads_scheduler(is_scheduler, callee, line)
+        or (_handed_in_beside(facts, call.func, optimizer) and not _computes_a_loss(facts, call.func, step))
+    )
+
+
+def _computes_a_loss(facts: ModuleFacts, callee: cst.Name, step: Set[cst.CSTNode]) -> bool:
+    """A line of ``callee``'s function calling it assigns what a backward or one of the
+    ``step`` nodes reads, directly or through the lines after it (``losses = loss(out)``;
+    ``total = sum(losses.values())``; ``scaler.scale(total).backward()``)."""
+    function = facts.enclosing(callee, (cst.FunctionDef,)) or facts.module
+    lines = facts.subtree(function, cst.SimpleStatementLine)
+    for line in lines:
+        calls = [c for c in facts.subtree(line, cst.Call) if m.matches(c.func, m.Name(callee.value))]
+        live = _assigned(facts, line) if calls else set()
+        for later in lines:
+            if facts.order(later) <= facts.order(line) or not live & facts.names_under(later):
+                continue
+            backward = any(
+                m.matches(c.func, m.Attribute(attr=m.Name("backward"))) for c in facts.subtree(later, cst.Call)
+            )
+            if backward or any(facts.within(node, later) or facts.within(later, node) for node in step):
+                return True
+            live |= _assigned(facts, later)
+    return False
+
+
+def _assigned(facts: ModuleFacts, line: cst.CSTNode) -> Set[str]:
+    """The names under the targets of the assignments of ``line`` (``losses`` of
+    ``losses["loss"] = total``)."""
+    targets: List[cst.CSTNode] = [t.target for a in facts.subtree(line, cst.Assign) for t in a.targets]
+    targets += [a.target for a in facts.subtree(line, cst.AugAssign)]
+    targets += [a.target for a in facts.subtree(line, cst.AnnAssign)]
+    return {name for target in targets for name in facts.names_under(target)}
+
+
+def _handed_in_beside(facts: ModuleFacts, callee: cst.Name, optimizer: str) -> bool:
+    """``callee`` and ``optimizer`` are both parameters of the function ``callee`` is read in
+    (or of one enclosing it)."""
+    scope = facts.scope(callee)
+    if scope is None or callee.value not in scope:
+        return False
+    for assignment in scope[callee.value]:
+        parameter = getattr(assignment, "node", None)
+        function = facts.enclosing(parameter, (cst.FunctionDef,)) if isinstance(parameter, cst.Param) else None
+        if function is not None and optimizer in {p.name.value for p in function.params.params}:
+            return True
+    return False
 
 
 def _called_name(call: cst.Call) -> str:

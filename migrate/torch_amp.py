@@ -38,6 +38,7 @@ from .either_scaler import first_of_branches
 from .foreign_functions import ForeignFunctions
 from .handed_in import constructed_init
 from .injected import injected_attribute
+from .migrated_form import in_autograd_form
 from .names import SCALER_STATE_METHODS, ModuleFacts, argument_for
 from .plain_path import plan_plain_path
 from .plan import Binding, Blocked, Plan
@@ -175,7 +176,7 @@ class TorchAmpRules:
                 self._built_by_other_call(self._origin(a, call)) or self._alias_of_handled_attribute(a)
                 for a in assignments
             )
-            if assignments and built_elsewhere:
+            if (assignments and built_elsewhere) or in_autograd_form(self.facts, call, owner.value):
                 continue
             self.plan.blocked.append(
                 Blocked(

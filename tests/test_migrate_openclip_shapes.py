@@ -10,10 +10,15 @@ default (asynchronous) form it must wait for the running step (``model.synchroni
 before it), or it races with the optimizer thread.
 """
 
+import shutil
+
 import pytest
 
 from migrate.engine import migrate_source
 from script_runs import run_script
+from test_migrate_projects import PROJECTS_ROOT, migrate_project
+
+PROJECT = PROJECTS_ROOT / "openclip_schedule_closure"
 
 SCRIPT = """
 import math
@@ -86,3 +91,97 @@ def test_a_schedule_closure_called_in_the_loop_waits_for_the_step(call, waits, t
     before_call = default.migrated.split(f"        {call}(step)")[0].rstrip().splitlines()[-1].strip()
     assert (before_call == "model.synchronize()") is waits
     assert run_script(default.migrated, tmp_path, "default.py").count("step ") == 6
+
+
+_OPTIMIZER = """    optimizer = torch.optim.AdamW(
+        [{"params": gain_or_bias_params, "weight_decay": 0.0}, {"params": rest_params, "weight_decay": 0.2}],
+        lr=0.02,
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    "change, blocker",
+    [
+        ('groups.append({"params": list(criterion.parameters()), "lr": 0.01})', "several models (criterion and model)"),
+        ("rest_params.extend(criterion.parameters())", "several models (criterion and model)"),
+        ("groups.append(extra)", "'groups' is changed"),
+    ],
+)
+def test_groups_changed_before_the_optimizer_are_refused(change, blocker):
+    """A group list changed after its assignment (``groups.append(...)``) may hold the
+    parameters of another module (a learned loss temperature): adopting that optimizer would
+    raise at run time, so it is refused statically, naming the statement."""
+    grouped = (
+        "    criterion = torch.nn.Linear(2, 2)\n"
+        "    extra = {}\n"
+        '    groups = [{"params": gain_or_bias_params, "weight_decay": 0.0},\n'
+        '              {"params": rest_params, "weight_decay": 0.2}]\n'
+        f"    {change}\n"
+        "    optimizer = torch.optim.AdamW(groups, lr=0.02)\n"
+    )
+    source = SCRIPT.replace("CALL", "scheduler").replace(_OPTIMIZER, grouped)
+    assert change in source and "AdamW(groups, lr=0.02)" in source
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status != "migrated"
+    assert [d.code for d in result.diagnostics if blocker in d.message] == ["RPM108"], [
+        d.format() for d in result.diagnostics
+    ]
+
+
+def _project_with_the_schedule_as(tmp_path, parameter: str, after_update: bool):
+    """tests/migrate_projects/openclip_schedule_closure copied to ``tmp_path``, its schedule
+    closure (built in main.py with the optimizer) handed to train.py's ``train_one_epoch``
+    as ``parameter``, and called there at the top of each iteration, or (``after_update``)
+    after ``scaler.update()``."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECT, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    train = folder / "train.py"
+    text = train.read_text().replace(", scheduler, args)", f", {parameter}, args)")
+    text = text.replace("scheduler(step)", f"{parameter}(step)")
+    if after_update:
+        text = text.replace(f"        if not args.skip_scheduler:\n            {parameter}(step)\n", "")
+        text = text.replace("        scaler.update()\n", f"        scaler.update()\n        {parameter}(step + 1)\n")
+    assert text.count(f"{parameter}(step") == 1
+    train.write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("parameter", ["scheduler", "lr_fn"])
+@pytest.mark.parametrize("after_update", [False, True])
+def test_a_schedule_handed_to_another_file_waits_and_its_migration_is_left_alone(parameter, after_update, tmp_path):
+    """The closure reaches the loop of another file under any parameter name (``lr_fn``):
+    beside the optimizer it may write the groups' lr, so it waits for the running step
+    (``model.synchronize()`` before it); the loss function handed in beside it feeds the
+    backward and does not wait. Run again on its migrated output, in either form,
+    the tool changes and reports nothing (RoundPipe's autograd form keeps
+    ``scaler.scale(loss).backward()`` with a scaler built in main.py)."""
+    folder = _project_with_the_schedule_as(tmp_path, parameter, after_update)
+    for exact in (False, True):
+        migrated = migrate_project(folder, tmp_path / f"out{exact}", exact=exact)
+        assert migrated.exit_code == 0 and sorted(migrated.changed) == ["main.py", "train.py"], migrated.codes
+        shutil.copy(folder / "precision.py", tmp_path / f"out{exact}")
+        train = migrated.changed["train.py"].decode()
+        waits = "model.synchronize()\n" + " " * (12 - 4 * after_update) + f"{parameter}(step"
+        assert (waits in train) is not exact, train
+        assert train.count("model.synchronize()") == (0 if exact else 1), train  # not before `loss(**model_out)`
+        again = migrate_project(tmp_path / f"out{exact}", tmp_path / f"again{exact}", exact=exact)
+        assert (again.exit_code, again.changed, again.codes) == (0, {}, [])
+
+
+def test_another_modules_group_beside_followed_groups_is_refused():
+    """``AdamW(groups + [{"params": criterion.parameters()}])``: the followed ``groups`` hold
+    the model's parameters, the call another module's; one optimizer over two models is
+    refused (RPM108), not migrated with ``criterion`` taken for the model."""
+    grouped = (
+        "    criterion = torch.nn.Linear(2, 2)\n"
+        '    groups = [{"params": gain_or_bias_params, "weight_decay": 0.0},\n'
+        '              {"params": rest_params, "weight_decay": 0.2}]\n'
+        '    optimizer = torch.optim.AdamW(groups + [{"params": criterion.parameters()}], lr=0.02)\n'
+    )
+    source = SCRIPT.replace("CALL", "scheduler").replace(_OPTIMIZER, grouped)
+    assert "criterion.parameters()}], lr=0.02)" in source
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.status != "migrated"
+    blockers = [d.code for d in result.diagnostics if "several models (criterion and model)" in d.message]
+    assert blockers == ["RPM108"], [d.format() for d in result.diagnostics]

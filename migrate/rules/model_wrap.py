@@ -18,7 +18,7 @@ from ..attributes import InstanceFamily, check_wrap, wrap_where_bound, wrapped
 from ..constructor_alias import constructor_alias
 from ..ddp_guard import aliased_models, find_ddp_guard, plan_ddp_guard
 from ..handed_in import handed_model, plan_handed_wrap
-from ..optimizer_helpers import helper_model, plan_adopting_wrap
+from ..optimizer_helpers import grouped_before, helper_model, plan_adopting_wrap
 from ..origins import origins, parameters_fed
 from ..parallel import parallel_call
 from ..plan import Binding, Blocked
@@ -132,6 +132,8 @@ def _model_built_with(step: "StepBuilder", built: Binding) -> Tuple[str, str]:
         if calls_method(call, "parameters") and not call.args and step.rules.reference(receiver(call))
     ]
     owners = {owner for call in parameter_calls if (owner := step.rules.reference(receiver(call)))}
+    if owners:  # `AdamW(groups + [{"params": criterion.parameters()}])`, `groups` holding the model's
+        owners |= grouped_before(step, built)
     if len(owners) > 1:
         optimizer = built.name or code(built.value)
         raise Blocked(built.value, "RPM108", multi_step.several_models_message(optimizer, owners))

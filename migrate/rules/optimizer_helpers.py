@@ -112,6 +112,22 @@ RULE = Rule(
                 "        optimizer = model.adopt_optimizer(torch.optim.SGD(groups, lr=0.1))\n",
             ),
         ),
+        Example(  # a learned loss temperature appended to the groups: not the wrapped module's parameters
+            "import torch\n\n\ndef train(model, criterion, batches):\n"
+            "    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]\n"
+            '    groups = [{"params": decay, "weight_decay": 0.1}]\n'
+            '    groups.append({"params": list(criterion.parameters()), "lr": 1e-2})\n'
+            "    optimizer = torch.optim.AdamW(groups, lr=1e-3)\n"
+            '    scaler = torch.amp.GradScaler("cuda")\n'
+            "    for x, y in batches:\n"
+            '        with torch.autocast("cuda"):\n'
+            "            loss = criterion(model(x), y)\n"
+            "        scaler.scale(loss).backward()\n"
+            "        scaler.step(optimizer)\n"
+            "        scaler.update()\n"
+            "        optimizer.zero_grad()\n",
+            codes=("RPM108",),
+        ),
         Example(  # DINO-style: the grouping helper called inside the optimizer call
             _HELPER.split("def build_optimizer")[0]
             + "def train(model, optimizer, batches):\n"
