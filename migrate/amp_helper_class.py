@@ -726,6 +726,12 @@ def _scaler_call(scaler: str, method: str, argument: Optional[str]) -> m.Call:
     )
 
 
+def is_clipping(call: cst.Call) -> bool:
+    """A gradient clipping call (``torch.nn.utils.clip_grad_norm_(...)`` and its kin): it
+    reads ``model.parameters()`` and returns a norm, never an optimizer."""
+    return _clipping_name(call) in _CLIPPING
+
+
 def _clipping_name(call: cst.Call) -> Optional[str]:
     """The called function's last name (``clip_grad_norm_`` of ``torch.nn.utils.clip_grad_norm_``)."""
     func = call.func

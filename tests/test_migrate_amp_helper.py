@@ -109,3 +109,19 @@ def test_a_scaler_built_elsewhere_and_handed_to_the_helper_is_refused():
     assert result.migrated == source
     assert [d.code for d in result.diagnostics] == ["RPM111"]
     assert "`make_scaler()` as its scaler" in result.diagnostics[0].message
+
+
+def test_a_helper_built_after_a_clipping_in_the_loop_wraps_the_model_once_where_the_optimizer_is_built():
+    """A second helper built after the loop (to resume from the checkpoint) takes the model
+    whose optimizer is built before it, never the assignment of a clipping's norm."""
+    source = _HELPER.replace(
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+        "        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+    ).replace('"ckpt.pth")\n', '"ckpt.pth")\n    resumed = AMPScaler()\n')
+    result = migrate_source(source, "train.py", exact=True)
+    assert not result.diagnostics
+    assert result.migrated.count("roundpipe.RoundPipe(") == 1
+    wrap = result.migrated.index("model = roundpipe.RoundPipe(model")
+    assert wrap < result.migrated.index("optimizer = torch.optim.AdamW(model.optim_parameters()")
+    assert "norm = torch.nn.utils.clip_grad_norm_(model.optim_parameters(), max_norm)" in result.migrated
+    assert "resumed = AMPScaler(model=model)" in result.migrated
