@@ -61,7 +61,13 @@ import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 from libcst.metadata.scope_provider import LocalScope
 
-from .amp_helper_class import AmpHelperClass, is_clipping, plan_amp_helper, plan_helper_users, recognise_amp_helper
+from .amp_helper_class import (
+    AmpHelperClass,
+    never_an_optimizer,
+    plan_amp_helper,
+    plan_helper_users,
+    recognise_amp_helper,
+)
 from .names import SCALER_STATE_METHODS
 from .optimizer_wrapper_class import (
     OptimizerWrapperClass,
@@ -592,14 +598,14 @@ class ScalerWrappers:
 
     def _model_of_scope(self, call: cst.Call, scope: Scope) -> str:
         """The model whose optimizer is built in ``scope`` last before ``call`` (on
-        ``model.parameters()``; a clipping's norm taken of them is no optimizer); that
+        ``model.parameters()``; a clipping's norm or a count of them is no optimizer); that
         optimizer is rebuilt on the RoundPipe copies."""
         candidates = []
         root = scope.node if isinstance(scope, LocalScope) else self.facts.module  # what defines the scope
         for assign in self.facts.subtree(root, cst.Assign):
             if self.facts.scope(assign) is not scope or self.facts.order(assign) > self.facts.order(call):
                 continue
-            if not isinstance(assign.value, cst.Call) or len(assign.targets) != 1 or is_clipping(assign.value):
+            if not isinstance(assign.value, cst.Call) or len(assign.targets) != 1 or never_an_optimizer(assign.value):
                 continue
             owners = [c for c in self.facts.subtree(assign.value, cst.Call) if m.matches(c, PARAMETERS_CALL)]
             if owners:
