@@ -626,8 +626,30 @@ class ScalerWrappers:
         model = models.pop()
         statement = self.facts.statement_of(assign)
         assert isinstance(statement, cst.SimpleStatementLine)
+        self._refuse_second_wrap(statement, scope, model)
         plan_model_wrap(self.rules, Binding(scope, model, statement, assign.value), model, owners)
         return model
+
+    def _refuse_second_wrap(self, statement: cst.SimpleStatementLine, scope: Scope, model: str) -> None:
+        """``statement`` would wrap ``model`` again: a wrap of it is planned earlier in
+        ``scope`` (for another statement) and the name is not bound anew in between, so
+        ``statement`` reads the RoundPipe model's parameters and may be no optimizer."""
+        if id(statement) in self.plan.wrapped_optimizers:
+            return
+        at = self.facts.order(statement)
+        earlier = [after for s, name, after in self.plan.wrapped_models if s is scope and name == model and after < at]
+        if not earlier:
+            return
+        bindings = [self.facts.order(a.node) for a in scope.assignments[model] if isinstance(a, Assignment)]
+        if any(max(earlier) < order < at for order in bindings):
+            return
+        raise Blocked(
+            statement,
+            "RPM111",
+            f"`{code(statement).strip()}` reads the parameters of {model!r}, already wrapped with RoundPipe "
+            "where its optimizer is built; a loss-scaler wrapper built after it cannot tell it for an "
+            "optimizer; not migrated",
+        )
 
     def _plan_instance_call(self, call: cst.Call) -> None:
         """``loss_scaler(loss, optimizer, ..., parameters=model.parameters())``: the

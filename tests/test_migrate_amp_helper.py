@@ -138,3 +138,17 @@ def test_a_helper_built_after_the_loop_wraps_the_model_once_where_the_optimizer_
     assert wrap < result.migrated.index("optimizer = torch.optim.AdamW(model.optim_parameters()")
     assert "clip_grad_norm_(model.optim_parameters(), max_norm)" in result.migrated
     assert "resumed = AMPScaler(model=model)" in result.migrated
+
+
+def test_a_helper_built_after_another_read_of_the_wrapped_models_parameters_is_refused():
+    """``stats = describe(model.parameters())`` after the wrap may be an optimizer or not:
+    the helper built after it is refused rather than wrapping the model a second time."""
+    source = _HELPER.replace(SAVE, "    stats = describe(model.parameters())\n" + SAVE).replace(
+        '"ckpt.pth")\n', '"ckpt.pth")\n    resumed = AMPScaler()\n'
+    )
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.migrated == source
+    assert [(d.code, d.line) for d in result.diagnostics] == [
+        ("RPM111", source[: source.index("    stats = ")].count("\n") + 1)
+    ]
+    assert "already wrapped" in result.diagnostics[0].message
