@@ -7,7 +7,7 @@ class AMPScaler:
     def __init__(self, enabled=True):
         self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3, enabled=enabled)
 
-    def scale_loss(self, loss):
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return self.scaler.scale(loss)
 
     def unscale(self, optimizer):
