@@ -75,6 +75,8 @@ __all__ = ["AmpHelperClass", "recognise_amp_helper", "plan_amp_helper", "plan_he
 
 #: clipping functions whose first argument (or ``parameters=``) is the parameters clipped
 _CLIPPING = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"})
+#: builtins that reduce what they are given to a number
+_REDUCTIONS = frozenset({"sum", "len", "max", "min", "any", "all"})
 
 #: logger methods a kept logging statement may call
 _LOG_LEVELS = frozenset({"debug", "info", "warning", "warn", "error"})
@@ -724,6 +726,14 @@ def _scaler_call(scaler: str, method: str, argument: Optional[str]) -> m.Call:
         func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler)), attr=m.Name(method)),
         args=[m.Arg(value=m.Name(argument), keyword=None)] if argument is not None else [],
     )
+
+
+def never_an_optimizer(call: cst.Call) -> bool:
+    """A call that may read ``model.parameters()`` but returns a number, never an optimizer:
+    a gradient clipping (``torch.nn.utils.clip_grad_norm_(...)`` and its kin, a norm) or a
+    builtin reduction (``sum(p.numel() for p in model.parameters())``)."""
+    name = _clipping_name(call)
+    return name in _CLIPPING or isinstance(call.func, cst.Name) and name in _REDUCTIONS
 
 
 def _clipping_name(call: cst.Call) -> Optional[str]:

@@ -61,7 +61,13 @@ import libcst.matchers as m
 from libcst.metadata import Assignment, Scope
 from libcst.metadata.scope_provider import LocalScope
 
-from .amp_helper_class import AmpHelperClass, plan_amp_helper, plan_helper_users, recognise_amp_helper
+from .amp_helper_class import (
+    AmpHelperClass,
+    never_an_optimizer,
+    plan_amp_helper,
+    plan_helper_users,
+    recognise_amp_helper,
+)
 from .names import SCALER_STATE_METHODS
 from .optimizer_wrapper_class import (
     OptimizerWrapperClass,
@@ -592,13 +598,14 @@ class ScalerWrappers:
 
     def _model_of_scope(self, call: cst.Call, scope: Scope) -> str:
         """The model whose optimizer is built in ``scope`` last before ``call`` (on
-        ``model.parameters()``); that optimizer is rebuilt on the RoundPipe copies."""
+        ``model.parameters()``; a clipping's norm or a count of them is no optimizer); that
+        optimizer is rebuilt on the RoundPipe copies."""
         candidates = []
         root = scope.node if isinstance(scope, LocalScope) else self.facts.module  # what defines the scope
         for assign in self.facts.subtree(root, cst.Assign):
             if self.facts.scope(assign) is not scope or self.facts.order(assign) > self.facts.order(call):
                 continue
-            if not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
+            if not isinstance(assign.value, cst.Call) or len(assign.targets) != 1 or never_an_optimizer(assign.value):
                 continue
             owners = [c for c in self.facts.subtree(assign.value, cst.Call) if m.matches(c, PARAMETERS_CALL)]
             if owners:
@@ -619,8 +626,30 @@ class ScalerWrappers:
         model = models.pop()
         statement = self.facts.statement_of(assign)
         assert isinstance(statement, cst.SimpleStatementLine)
+        self._refuse_second_wrap(statement, scope, model)
         plan_model_wrap(self.rules, Binding(scope, model, statement, assign.value), model, owners)
         return model
+
+    def _refuse_second_wrap(self, statement: cst.SimpleStatementLine, scope: Scope, model: str) -> None:
+        """``statement`` would wrap ``model`` again: a wrap of it is planned earlier in
+        ``scope`` (for another statement) and the name is not bound anew in between, so
+        ``statement`` reads the RoundPipe model's parameters and may be no optimizer."""
+        if id(statement) in self.plan.wrapped_optimizers:
+            return
+        at = self.facts.order(statement)
+        earlier = [after for s, name, after in self.plan.wrapped_models if s is scope and name == model and after < at]
+        if not earlier:
+            return
+        bindings = [self.facts.order(a.node) for a in scope.assignments[model] if isinstance(a, Assignment)]
+        if any(max(earlier) < order < at for order in bindings):
+            return
+        raise Blocked(
+            statement,
+            "RPM111",
+            f"`{code(statement).strip()}` reads the parameters of {model!r}, already wrapped with RoundPipe "
+            "where its optimizer is built; a loss-scaler wrapper built after it cannot tell it for an "
+            "optimizer; not migrated",
+        )
 
     def _plan_instance_call(self, call: cst.Call) -> None:
         """``loss_scaler(loss, optimizer, ..., parameters=model.parameters())``: the

@@ -4,6 +4,8 @@ The programs' numbers are checked by the projects amp_helper_* (tests/migrate_pr
 
 import ast
 
+import pytest
+
 from migrate.amp_helper_class import amp_helper_roles
 from migrate.engine import migrate_source
 from migrate.project import migrate_project, project_view, wrapper_contexts
@@ -109,3 +111,44 @@ def test_a_scaler_built_elsewhere_and_handed_to_the_helper_is_refused():
     assert result.migrated == source
     assert [d.code for d in result.diagnostics] == ["RPM111"]
     assert "`make_scaler()` as its scaler" in result.diagnostics[0].message
+
+
+CLIPPING = "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n"
+SAVE = '    torch.save({"model": model.state_dict()'
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (CLIPPING, CLIPPING.replace("torch.nn", "norm = torch.nn")),
+        (SAVE, "    count = sum(p.numel() for p in model.parameters())\n" + SAVE),
+    ],
+    ids=["clipping-norm", "parameter-count"],
+)
+def test_a_helper_built_after_the_loop_wraps_the_model_once_where_the_optimizer_is_built(old, new):
+    """A second helper built after the loop (to resume from the checkpoint) takes the model
+    whose optimizer is built before it, never a later assignment of a number read off the
+    model's parameters (a clipping's norm, a count)."""
+    source = _HELPER.replace(old, new).replace('"ckpt.pth")\n', '"ckpt.pth")\n    resumed = AMPScaler()\n')
+    assert new in source
+    result = migrate_source(source, "train.py", exact=True)
+    assert not result.diagnostics
+    assert result.migrated.count("roundpipe.RoundPipe(") == 1
+    wrap = result.migrated.index("model = roundpipe.RoundPipe(model")
+    assert wrap < result.migrated.index("optimizer = torch.optim.AdamW(model.optim_parameters()")
+    assert "clip_grad_norm_(model.optim_parameters(), max_norm)" in result.migrated
+    assert "resumed = AMPScaler(model=model)" in result.migrated
+
+
+def test_a_helper_built_after_another_read_of_the_wrapped_models_parameters_is_refused():
+    """``stats = describe(model.parameters())`` after the wrap may be an optimizer or not:
+    the helper built after it is refused rather than wrapping the model a second time."""
+    source = _HELPER.replace(SAVE, "    stats = describe(model.parameters())\n" + SAVE).replace(
+        '"ckpt.pth")\n', '"ckpt.pth")\n    resumed = AMPScaler()\n'
+    )
+    result = migrate_source(source, "train.py", exact=True)
+    assert result.migrated == source
+    assert [(d.code, d.line) for d in result.diagnostics] == [
+        ("RPM111", source[: source.index("    stats = ")].count("\n") + 1)
+    ]
+    assert "already wrapped" in result.diagnostics[0].message
