@@ -22,13 +22,14 @@ attribute in methods the module does not show: refused too. Every refusal is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import Assignment
 
 from .branch_scalers import scaler_in_branches
-from .instance_outside import built_instance, step_objects
+from .instance_outside import built_instance, step_objects, step_optimizers
 from .lazy_attributes import lazy_binding
 from .names import ModuleFacts, argument_for
 from .plan import Binding, Blocked, WritePlace
@@ -133,7 +134,7 @@ class InstanceFamily:
             node
             for cls in self.classes
             for node in self.facts.subtree(cls, cst.Attribute)
-            if node.attr.value == attr and self._through_receiver(node)
+            if node.attr.value == attr and self.through_receiver(node)
         ]
         writes = [node for node in uses if _is_target(self.facts, node)]
         if not writes:
@@ -173,7 +174,14 @@ class InstanceFamily:
         assert isinstance(statement, cst.SimpleStatementLine) and isinstance(small, cst.Assign)
         return TrackedAttribute(reference, statement, small.value, reads)
 
-    def _through_receiver(self, node: cst.Attribute) -> bool:
+    @cached_property
+    def step_optimizers(self) -> Dict[str, FrozenSet[str]]:
+        """:func:`migrate.instance_outside.step_optimizers` of this family, worked out once
+        (its classes do not change while the rules plan)."""
+        return step_optimizers(self)
+
+    def through_receiver(self, node: cst.Attribute) -> bool:
+        """``node`` is ``self.x`` read through an instance parameter of one of the family's methods."""
         return isinstance(node.value, cst.Name) and self.resolver.method_of_receiver(node.value) in self.methods
 
     def _check_outside(self, attr: str, allowed: FrozenSet[str]) -> None:
@@ -209,7 +217,7 @@ class InstanceFamily:
             node
             for node in self.facts.subtree(self.facts.module, cst.Attribute)
             if node.attr.value == attr
-            and not self._through_receiver(node)
+            and not self.through_receiver(node)
             and self.may_be_instance(node.value)
             # `from torch.optim.lr_scheduler import LambdaLR`: a module's name
             and self.facts.enclosing(node, (cst.Import, cst.ImportFrom)) is None
@@ -221,7 +229,7 @@ class InstanceFamily:
         imports and by calls of things that cannot return one (``parser.parse_args()``,
         ``torch.load(...)``: anything but the family's classes and this module's
         functions), or a parameter every caller in the module passes such a value."""
-        if isinstance(value, cst.Attribute) and self._through_receiver(value):
+        if isinstance(value, cst.Attribute) and self.through_receiver(value):
             return False
         if isinstance(value, cst.Call):
             return self._may_return_instance(value)

@@ -61,16 +61,13 @@ def step_optimizers(family: "InstanceFamily") -> Dict[str, FrozenSet[str]]:
 def step_objects(family: "InstanceFamily") -> FrozenSet[str]:
     """The optimizers of :func:`step_optimizers` and what their bindings read (the models):
     the attributes whose uses through a built instance rules may claim."""
-    optimizers = step_optimizers(family)
+    optimizers = family.step_optimizers
     return frozenset(optimizers).union(*optimizers.values())
 
 
 def _own_attribute(family: "InstanceFamily", node: cst.CSTNode) -> Optional[str]:
     """``x`` for ``self.x`` read through an instance parameter of ``family``, else None."""
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
-        if family.resolver.method_of_receiver(node.value) in family.methods:
-            return node.attr.value
-    return None
+    return node.attr.value if isinstance(node, cst.Attribute) and family.through_receiver(node) else None
 
 
 def built_instance(family: "InstanceFamily", value: cst.BaseExpression) -> bool:

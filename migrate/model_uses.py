@@ -12,7 +12,7 @@ from libcst.metadata import Scope
 from .attributes import InstanceFamily
 from .deferred_syncs import DeferredSynchronizations
 from .gradient_reads import check_gradient_reads
-from .instance_outside import getattr_reads, optimizer_statements, step_optimizers
+from .instance_outside import getattr_reads, optimizer_statements
 from .method_entry import MethodEntries
 from .method_forward import check_method_forward
 from .model_averages import check_parameters_handed, hand_to_average, kept_by
@@ -195,7 +195,7 @@ class ModelUses:
                 continue  # aliased, stored: not followed
             family.claim(use)
         wrapped = {n.partition(".")[2] for s, n, _ in self.rules.plan.wrapped_models if s is family}
-        for optimizer, reads in step_optimizers(family).items():
+        for optimizer, reads in family.step_optimizers.items():
             if reads & wrapped != {attribute}:
                 continue  # the optimizer of another model, or of several
             for statement, uses in optimizer_statements(family, family.deferred_uses(optimizer)).items():
