@@ -168,8 +168,9 @@ def _computes_a_loss(facts: ModuleFacts, callee: cst.Name, step: Set[cst.CSTNode
     function = facts.enclosing(callee, (cst.FunctionDef,)) or facts.module
     lines = facts.subtree(function, cst.SimpleStatementLine)
     for line in lines:
-        calls = [c for c in facts.subtree(line, cst.Call) if m.matches(c.func, m.Name(callee.value))]
-        live = _assigned(facts, line) if calls else set()
+        if not any(m.matches(c.func, m.Name(callee.value)) for c in facts.subtree(line, cst.Call)):
+            continue
+        live = _assigned(facts, line)
         for later in lines:
             if facts.order(later) <= facts.order(line) or not live & facts.names_under(later):
                 continue

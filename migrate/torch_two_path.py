@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, FrozenSet, List, Optional, Sequence, Set, Tupl
 import libcst as cst
 import libcst.matchers as m
 
+from . import templates
 from .apex_two_path import SplitBackward, anchor_at_split, split_backward
 from .edits import carry_comments
 from .multi_step import schedules
@@ -216,7 +217,7 @@ class TwoPathStep(StepBuilder):
                 "migrate this step by hand",
             )
         optimizer = stepped.pop()
-        plain_lines = self._plain_lines(plain)
+        plain_lines = {s for s in plain if only_expression(s) in set(plain_steps)}
         for branch, allowed, which in ((amp, _AMP_WORK, "AMP"), (plain, _PLAIN_WORK, "plain")):
             extra = [s for s in branch if s not in plain_lines and not self._branch_work(s, allowed, optimizer)]
             if extra:
@@ -249,10 +250,6 @@ class TwoPathStep(StepBuilder):
         if kind == "scheduler":
             return owner is not None and schedules(self, owner, statement, optimizer)
         return kind in allowed
-
-    def _plain_lines(self, plain: Sequence[cst.BaseStatement]) -> Set[cst.BaseStatement]:
-        steps = set(self._plain_steps(plain))
-        return {s for s in plain if only_expression(s) in steps}
 
     def _test_not_kept(self, test: cst.BaseExpression) -> Optional[str]:
         """Why the value of ``test`` may differ where it is read again (a call with effects,
@@ -295,7 +292,7 @@ class TwoPathStep(StepBuilder):
                 continue
             kept = part.with_changes(body=[s for s in body if s is not updates[0]])
             test = code(statement.test) if index == 0 else _negated(statement.test)
-            update = cst.parse_statement(f"if {test}:\n    {code(only_expression(updates[0]) or cst.Pass())}\n")
+            update = templates.statement(f"if {test}:\n    {code(only_expression(updates[0]) or cst.Pass())}\n")
             if index == 0:
                 return statement.with_changes(body=kept), carry_comments(updates, update)
             orelse = cst.ensure_type(statement.orelse, cst.Else).with_changes(body=kept)
