@@ -320,7 +320,8 @@ def _module_state_read(facts: ModuleFacts, function: cst.FunctionDef) -> Optiona
     module_scope = facts.scope(facts.module)
     if module_scope is None:
         return None
-    for name in sorted({a.name for a in module_scope.assignments}):
+    named_here = {node.value for node in facts.subtree(function, cst.Name)}  # no other name is read in it
+    for name in sorted({a.name for a in module_scope.assignments} & named_here):
         bindings = list(module_scope.assignments[name])
         if all(_fixed_binding(facts, a, len(bindings)) for a in bindings):
             continue

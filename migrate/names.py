@@ -93,7 +93,7 @@ class ModuleFacts:
         # batched traversal: :mod:`migrate.source_layout`).
         layout = module_layout(self.module)
         self._survey(layout.order, layout.nodes)
-        self._scopes = module_scopes(self.module, layout.order, self._nodes)
+        self._scopes = module_scopes(self.module, layout.order, layout.nodes)
         # Qualified names are asked of a few dozen nodes: each is computed from its scope
         # when asked (what QualifiedNameProvider does for every node) and kept.
         self._qualified: Dict[cst.CSTNode, Set[str]] = {}
