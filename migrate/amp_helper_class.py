@@ -64,7 +64,7 @@ from .optimizer_writes import optimizer_writes
 from .plan import Blocked
 from .rules.model_zero_grad import plan_model_zeroing
 from .rules.scaler_constructor import rewrite_constructor
-from .syntax import PARAMETERS_CALL, code, only_assignment, only_expression, statements_of
+from .syntax import PARAMETERS_CALL, code, is_docstring, only_assignment, only_expression, statements_of
 
 if TYPE_CHECKING:
     from libcst.metadata import Scope
@@ -312,7 +312,7 @@ class _Recogniser:
         params = [p.name.value for p in method.params.params]
         if not isinstance(method.body, cst.IndentedBlock):
             raise self.refuse(method, f"{name}() must have its body on lines of its own")
-        body = [s for s in statements_of(method.body) if not _is_docstring(s)]
+        body = [s for s in statements_of(method.body) if not is_docstring(s)]
         kept = [s for s in body if not self._harmless_log(s, scaler, settings)]
         argument = params[1] if len(params) == 2 and params[0] == "self" else None
         own = self._self_uses_only_scaler(method, scaler, settings)
@@ -454,7 +454,7 @@ def _gradient_method(method: cst.FunctionDef, scaler: str) -> GradientMethod:
     """The unscale or step ``method`` as a body that becomes a step function (a trailing
     ``update()`` stays after it; the parameters the body rebinds are its ``nonlocal`` names)."""
     body = statements_of(method.body)
-    first = 1 if _is_docstring(body[0]) else 0
+    first = 1 if is_docstring(body[0]) else 0
     updates = _matches_each(body[-1:], [_scaler_call(scaler, "update", None)])
     params = {p.name.value for p in method.params.params}
     rebound = {
@@ -765,7 +765,3 @@ def _matches_each(statements: List[cst.BaseStatement], patterns: List[m.BaseMatc
         if not m.matches(small if isinstance(small, cst.Return) else getattr(small, "value", small), pattern):
             return False
     return True
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    return isinstance(only_expression(statement), (cst.SimpleString, cst.ConcatenatedString))

@@ -53,7 +53,7 @@ from .names import SCALER_STATE_METHODS
 from .optimizer_writes import optimizer_writes
 from .plan import Blocked
 from .rules.scaler_constructor import rewrite_constructor
-from .syntax import code, leading_lines, only_assignment, only_expression
+from .syntax import code, is_docstring, leading_lines, only_assignment, only_expression
 
 if TYPE_CHECKING:
     from libcst.metadata import Scope
@@ -269,7 +269,7 @@ class _Recogniser:
         if not isinstance(body, cst.IndentedBlock):
             raise self.refuse(method, f"{name}() must have its body on lines of its own")
         statements = list(body.body)
-        first = 1 if statements and _is_docstring(statements[0]) else 0
+        first = 1 if statements and is_docstring(statements[0]) else 0
         statements = statements[first:]
         last = statements[-1] if statements else None
         updates = _is_scaler_call(only_expression(last), scaler, "update") if last is not None else False
@@ -353,7 +353,7 @@ def plan_optimizer_wrapper(wrappers: "ScalerWrappers", wrapper: OptimizerWrapper
         )
     touched = [*wrapper.waiting, *([] if wrapper.zero_grad in wrapper.waiting else [wrapper.zero_grad])]
     for method in touched:
-        first = 1 if _is_docstring(method.body.body[0]) else 0
+        first = 1 if is_docstring(method.body.body[0]) else 0
         added = []
         if not rules.exact and method in wrapper.waiting:
             added.append(cst.parse_statement(f"self.{model}.synchronize()\n"))
@@ -462,10 +462,6 @@ def _is_scaler_call(node: Optional[cst.CSTNode], scaler: str, method: str) -> bo
         node,
         m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(scaler)), attr=m.Name(method))),
     )
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    return isinstance(only_expression(statement), (cst.SimpleString, cst.ConcatenatedString))
 
 
 def order_handed_optimizer_writes(wrappers: "ScalerWrappers", call: cst.Call, model: str) -> None:

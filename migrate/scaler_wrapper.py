@@ -83,7 +83,16 @@ from .plan import Binding, Blocked
 from .rules.model_wrap import plan_model_wrap
 from .rules.model_zero_grad import plan_model_zeroing
 from .rules.scaler_constructor import rewrite_constructor
-from .syntax import PARAMETERS_CALL, bare_method_call, code, dotted, leading_lines, only_assignment, only_expression
+from .syntax import (
+    PARAMETERS_CALL,
+    bare_method_call,
+    code,
+    dotted,
+    is_docstring,
+    leading_lines,
+    only_assignment,
+    only_expression,
+)
 
 if TYPE_CHECKING:
     from .torch_amp import TorchAmpRules
@@ -479,7 +488,7 @@ class ScalerWrappers:
             )
 
         self.plan.edits.replace_expression(init.params, add_parameter)
-        first = 1 if _is_docstring(list(init.body.body)[0]) else 0
+        first = 1 if is_docstring(list(init.body.body)[0]) else 0
         self.plan.edits.insert_before(init.body, first, [cst.parse_statement(f"self.{model} = model\n")])
         return model
 
@@ -778,14 +787,9 @@ class _PlainPathBesideWrapper(PlainStepBuilder):
 
 def _first_statement(function: cst.FunctionDef) -> Optional[cst.CSTNode]:
     body = list(function.body.body)
-    if body and _is_docstring(body[0]):
+    if body and is_docstring(body[0]):
         body = body[1:]
     return body[0] if body else None
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    value = only_expression(statement)
-    return isinstance(value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _returns_only(statement: cst.BaseStatement) -> bool:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .names import ModuleFacts
 
 __all__ = [
+    "is_docstring",
     "exclusive",
     "code",
     "method_call",
@@ -100,6 +101,11 @@ def only_expression(statement: cst.CSTNode) -> Optional[cst.BaseExpression]:
         if isinstance(small, cst.Expr):
             return small.value
     return None
+
+
+def is_docstring(statement: cst.CSTNode) -> bool:
+    """``statement`` is a line holding only a string (a docstring where it opens a body)."""
+    return isinstance(only_expression(statement), (cst.SimpleString, cst.ConcatenatedString))
 
 
 def only_assignment(statement: Optional[cst.CSTNode]) -> Optional[cst.Assign]:
